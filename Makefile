@@ -1,0 +1,103 @@
+# Makefile -- builds libkeel (static and shared), the keel CLI, keel.pc, the
+# tests, and runs them. Outputs go to $(BUILD) (build/ by default).
+#
+#   make                 library, CLI, pkg-config file
+#   make test            unit, API, CLI and crash tests (plain build)
+#   make asan            the tests again under ASan+UBSan (build/asan)
+#   make tsan            the concurrent tests under TSan (build/tsan)
+#   make check           test + asan + tsan + python: what CI runs
+#   make install PREFIX=/usr/local
+#   make deps            install the Debian packages the build and tests need
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+SAN     ?=
+OPT     ?= -O2
+
+WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+          -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wundef -Wvla \
+          -Wcast-align -Wwrite-strings -Wno-missing-field-initializers
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -pthread $(WARN) -Iinclude -Isrc \
+          $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
+          $(CFLAGS)
+LDLIBS_ALL = -lxxhash -lpthread -lm $(LDLIBS)
+LDFLAGS_ALL = -pthread $(if $(SAN),-fsanitize=$(SAN)) $(LDFLAGS)
+
+ARCH := $(shell uname -m)
+ISA_SRC =
+ifeq ($(ARCH),x86_64)
+ISA_SRC = src/dist_avx2.c src/dist_avx512.c
+endif
+ifeq ($(ARCH),aarch64)
+ISA_SRC = src/dist_neon.c
+endif
+
+LIB_SRC  = $(filter-out src/dist_avx2.c src/dist_avx512.c src/dist_neon.c,$(wildcard src/*.c)) $(ISA_SRC)
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC  = $(wildcard cli/*.c)
+CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC = $(wildcard test/test_*.c)
+TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
+TEST_LIB_SRC = $(wildcard test/lib/*.c)
+TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all lib cli test asan tsan check install clean deps data bench python
+
+all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
+
+$(BUILD)/src/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
+$(BUILD)/src/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h cli/*.h test/*.h test/lib/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/libkeel.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libkeel.so: $(LIB_OBJ) src/keel.map
+	$(CC) -shared -Wl,--version-script=src/keel.map -Wl,-soname,libkeel.so.0 \
+	    $(LDFLAGS_ALL) -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+$(BUILD)/keel: $(CLI_OBJ) $(BUILD)/libkeel.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL)
+
+$(BUILD)/keel.pc: keel.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' $< > $@
+
+$(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itest $< $(TEST_LIB_OBJ) -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+test: all $(TEST_BIN)
+	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
+
+tsan:
+	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 build/tsan/libkeel.a \
+	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+
+check: test asan tsan
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 644 include/keel.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libkeel.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libkeel.so $(DESTDIR)$(PREFIX)/lib/libkeel.so.0
+	ln -sf libkeel.so.0 $(DESTDIR)$(PREFIX)/lib/libkeel.so
+	install -m 644 $(BUILD)/keel.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(BUILD)/keel $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 doc/keel.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+
+deps:
+	sh tools/deps.sh
+
+clean:
+	rm -rf build

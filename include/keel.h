@@ -1,0 +1,230 @@
+/* keel.h -- an embeddable vector index in one file.
+**
+** keel keeps vectors, their 64-bit ids and an HNSW graph in one file. The file
+** opens in about a millisecond (only its headers are read), survives a crash
+** or a power loss with every completed flush intact, and can be searched by
+** any number of processes while one process writes it.
+**
+** THREADS
+**   A keel_index handle may be shared by threads. Searches (keel_search,
+**   keel_search_batch, keel_get, keel_count, keel_dim) run concurrently with
+**   each other and, on a writer, with adds, deletes and flushes on the same
+**   handle: writes are serialized among themselves, searches take no lock
+**   that a write holds. keel_compact and keel_close must not race other
+**   calls on the same handle (compact waits for searches in flight).
+**   A handle must not be used in a child process after fork(); the child may
+**   only keel_close it, which releases what the child holds and nothing else.
+**
+** PROCESSES
+**   One writer per file (keel_open takes an exclusive flock; a second writer,
+**   in this process or another, gets KEEL_ELOCKED). Any number of readers
+**   (keel_open_reader) in any process, lock-free: each search takes a fresh
+**   snapshot of the last completed flush.
+**
+** OWNERSHIP
+**   keel never returns memory the caller must free, except the handle itself
+**   (keel_close). Every output buffer is the caller's and is written only on
+**   success. Strings returned by keel_errmsg and keel_strerror belong to keel.
+**
+** ERRORS
+**   Every function that can fail returns an int: KEEL_OK (0) or a positive
+**   KEEL_E* code. On failure keel_errmsg() returns this thread's message: what
+**   was wrong with which value, then a line starting "help: " saying what to
+**   do instead. Output parameters are unchanged on failure.
+**
+** DURABILITY
+**   Adds and deletes are visible to searches on the same handle at once and
+**   become durable, together, when keel_flush returns KEEL_OK. After a crash
+**   or power loss the file opens at exactly the last completed flush (or the
+**   one that was in progress). A failed fsync poisons the writer: every later
+**   flush fails until the index is reopened.
+*/
+#ifndef KEEL_H
+#define KEEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KEEL_VERSION        "0.1.0"
+#define KEEL_VERSION_NUMBER 1000 /* X*1000000 + Y*1000 + Z */
+
+/* Return codes. The values are stable. */
+#define KEEL_OK        0
+#define KEEL_EINVAL    1  /* a bad argument */
+#define KEEL_EDIM      2  /* a vector or file of other dimensions */
+#define KEEL_EOPTIONS  3  /* file made with another metric, precision or M */
+#define KEEL_ENOTFOUND 4  /* no such id, or no index at the path */
+#define KEEL_ENOTINDEX 5  /* the file is not a keel index */
+#define KEEL_EEXIST    6  /* the id is in use */
+#define KEEL_ELOCKED   7  /* another writer has the file */
+#define KEEL_EREADONLY 8  /* a write through a reader handle */
+#define KEEL_ECORRUPT  9  /* the file fails a check */
+#define KEEL_EFULL     10 /* disk full, or no room for more vectors or regions */
+#define KEEL_EIO       11 /* the system refused a read, write or sync */
+#define KEEL_ENOMEM    12 /* out of memory */
+#define KEEL_EVERSION  13 /* the file was written by a newer keel */
+
+typedef struct keel_index keel_index; /* opaque; a writer or a reader */
+
+typedef enum { KEEL_L2 = 0, KEEL_COSINE = 1, KEEL_IP = 2 } keel_metric;
+typedef enum { KEEL_F32 = 0, KEEL_F16 = 1 } keel_precision;
+
+/* keel_options.flags */
+#define KEEL_WARM       1u /* read the index into memory in the background */
+#define KEEL_HUGE_PAGES 2u /* ask for huge pages for committed vector pages */
+
+/* Options for keel_open and keel_open_reader. NULL or all zero = defaults.
+** metric, precision and max_connections are fixed when the file is created;
+** a writer that names other values gets KEEL_EOPTIONS. ef_construction,
+** ef_search, threads and flags belong to the handle, not the file. */
+typedef struct keel_options {
+    keel_metric metric;       /* default KEEL_L2 */
+    keel_precision precision; /* default KEEL_F32 */
+    uint32_t max_connections; /* M; 0 = 16; 2..32767 */
+    uint32_t ef_construction; /* 0 = 200 */
+    uint32_t ef_search;       /* 0 = 64 */
+    uint32_t threads;         /* batch builds; 0 = every core */
+    unsigned flags;           /* KEEL_WARM | KEEL_HUGE_PAGES */
+} keel_options;
+
+/* One search result. distance is the true distance: Euclidean (not squared)
+** for KEEL_L2, 1 - cos for KEEL_COSINE, 1 - dot for KEEL_IP. */
+typedef struct {
+    uint64_t id;
+    float distance;
+} keel_result;
+
+/* Per-call search parameters. NULL or all zero = defaults. Give at most one
+** of an allow-list (ids; ids not in the index are ignored; n_allowed 0 with a
+** non-NULL pointer matches nothing) and a filter callback (returns nonzero to
+** accept an id; called from the searching thread, possibly many times per id).
+*/
+typedef struct keel_search_params {
+    uint32_t ef; /* 0 = the handle's ef_search */
+    const uint64_t *allowed;
+    size_t n_allowed;
+    int (*filter)(uint64_t id, void *arg);
+    void *filter_arg;
+} keel_search_params;
+
+/* Opens the index at path as its writer, creating the file if it is missing.
+** dim is the vectors' length, 1..4096; 0 takes it from an existing file.
+** Recovers the file to its last completed flush if a writer crashed. */
+int keel_open(const char *path, uint32_t dim, const keel_options *opt,
+              keel_index **out);
+
+/* Opens an existing index read-only. Takes no lock and never writes the file.
+** The metric, precision, M and dimensions come from the file; opt supplies
+** ef_search and flags (other fields are ignored). */
+int keel_open_reader(const char *path, const keel_options *opt,
+                     keel_index **out);
+
+/* Closes the handle. Unflushed adds and deletes are lost. NULL is a no-op. */
+int keel_close(keel_index *idx);
+
+/* Adds a vector of keel_dim(idx) floats under the next automatic id: one past
+** the largest id ever used in this file. */
+int keel_add(keel_index *idx, const float *vec, uint64_t *id_out);
+
+/* Adds a vector under the caller's id (any value but UINT64_MAX). */
+int keel_add_with_id(keel_index *idx, uint64_t id, const float *vec);
+
+/* Adds n vectors (n * dim floats, back to back) in one step: all or none.
+** ids may be NULL (automatic ids) or hold n distinct ids; ids_out (n entries)
+** may be NULL. Linking runs on opt->threads threads (0 = every core). */
+int keel_add_batch(keel_index *idx, const float *vecs, size_t n,
+                   const uint64_t *ids, uint64_t *ids_out);
+
+/* Deletes the live vector with this id: hidden from searches on this handle
+** at once, durable at the next flush. KEEL_ENOTFOUND if no live vector has
+** it. */
+int keel_delete(keel_index *idx, uint64_t id);
+
+/* Commits every add and delete since the last flush. Durable on KEEL_OK. */
+int keel_flush(keel_index *idx);
+
+/* Flushes, then rewrites the live vectors into a new file with a new graph
+** and swaps it in atomically. Readers move to the new file by themselves. */
+int keel_compact(keel_index *idx);
+
+/* Starts reading the index into memory in the background and returns at
+** once. Asking again while a reading runs does nothing. Also turns on
+** KEEL_WARM for the handle, so a reader warms a compacted file it moves to. */
+int keel_warm(keel_index *idx);
+
+/* Reader: take a new snapshot of the last flush now (searches do this by
+** themselves). On a writer it does nothing. */
+int keel_refresh(keel_index *idx);
+
+/* Finds the k nearest live vectors to query (keel_dim(idx) floats). out holds
+** k entries; *n_out receives how many were found (fewer than k when the index
+** or the filter has fewer). Results are sorted by distance, ties by id. */
+int keel_search(keel_index *idx, const float *query, size_t k,
+                const keel_search_params *p, keel_result *out, size_t *n_out);
+
+/* Searches nq queries (nq * dim floats). Row i of out (k entries) holds the
+** results of query i; n_out[i] how many of them are valid. */
+int keel_search_batch(keel_index *idx, const float *queries, size_t nq,
+                      size_t k, const keel_search_params *p, keel_result *out,
+                      size_t *n_out);
+
+/* Copies the stored vector of a live id into vec_out (dim floats). Cosine
+** indexes store vectors normalized; f16 indexes return the rounded values. */
+int keel_get(keel_index *idx, uint64_t id, float *vec_out);
+
+/* Live vectors (reader: at its last snapshot). 0 for NULL. */
+uint64_t keel_count(keel_index *idx);
+
+/* The vectors' dimensions. 0 for NULL. */
+uint32_t keel_dim(keel_index *idx);
+
+/* Progress of long calls (keel_add_batch linking, keel_compact): called from
+** one thread of the call, at most about ten times a second, with how many
+** vectors are done of how many. NULL turns it off. Belongs to the handle. */
+typedef void (*keel_progress_fn)(uint64_t done, uint64_t total, void *arg);
+int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
+
+/* Facts about an index, for tools. */
+typedef struct keel_stats {
+    uint32_t dim;
+    keel_metric metric;
+    keel_precision precision;
+    uint32_t max_connections;  /* M (layer 0 holds 2M) */
+    uint64_t count;            /* live vectors */
+    uint64_t deleted;          /* deleted vectors still in the file */
+    uint64_t slots;            /* committed slots (live + deleted) */
+    uint64_t next_id;          /* the next automatic id */
+    uint32_t max_level;        /* top layer of the graph */
+    uint32_t segments;         /* committed slot segments */
+    uint32_t heap_chunks;      /* committed upper-layer heap chunks */
+    uint64_t file_bytes;       /* length of the file */
+    uint64_t allocated_bytes;  /* bytes the file system holds for it */
+    uint64_t snapshot;         /* sequence number of the commit in use */
+    int is_reader;             /* 1 for a reader handle */
+} keel_stats;
+
+int keel_stat(keel_index *idx, keel_stats *out);
+
+/* Verifies every structure of the index's last commit: headers, regions,
+** slot headers, ids, delete marks, neighbour lists, the id table. Returns
+** KEEL_OK or KEEL_ECORRUPT with the first problem in keel_errmsg(). */
+int keel_check(keel_index *idx);
+
+/* This thread's last failure: what, then "help: ...". "" if none. */
+const char *keel_errmsg(void);
+
+/* A short, static description of a return code. */
+const char *keel_strerror(int rc);
+
+/* The library's version, to compare with KEEL_VERSION_NUMBER. */
+int keel_libversion_number(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KEEL_H */

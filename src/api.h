@@ -1,0 +1,48 @@
+/* api.h -- the handle behind keel_index, shared by the api layer's files
+** (api.c: the public calls; life.c: compaction and readers following it;
+** warm.c: background warm-up and huge pages).
+*/
+#ifndef KEEL_API_H
+#define KEEL_API_H
+
+#include "build.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+struct keel_warm;
+
+struct keel_index {
+    keel_store *st;            /* swapped only under swap_lock exclusive */
+    keel_graph *gr;
+    keel_builder builder;
+    char *path;
+    int writer;
+    uint32_t dim;
+    int metric, precision;
+    uint32_t ef_search, ef_construction, threads;
+    unsigned flags;            /* KEEL_WARM | KEEL_HUGE_PAGES (atomic) */
+    float *conv;               /* writer: 2 * dim floats of scratch */
+    keel_progress_fn progress;
+    void *progress_arg;
+    pthread_mutex_t write_lock;
+    pthread_rwlock_t swap_lock;
+    pthread_mutex_t pool_lock;
+    keel_search_ctx *pool;     /* free search contexts */
+    struct keel_warm *warm;    /* the warm-up thread, if one runs */
+    pid_t owner;               /* process that opened the handle */
+};
+
+int keel__index_attach(keel_index *idx, keel_store *st);
+keel_search_ctx *keel__ctx_get(keel_index *idx);
+void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
+
+/* life.c: a reader moves to the file that replaced its own (compaction). */
+int keel__reader_follow(keel_index *idx);
+
+/* warm.c */
+int keel__warm_start(keel_index *idx);
+void keel__warm_stop(keel_index *idx);
+void keel__huge_pages_advise(keel_index *idx);
+
+#endif /* KEEL_API_H */

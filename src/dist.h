@@ -1,0 +1,59 @@
+/* dist.h -- distance kernels and half-precision conversion.
+**
+** A leaf module: pure functions, no state but the kernel table chosen once
+** per process from the CPU's features. Every kernel takes the query as f32
+** and a stored vector as f32 or IEEE binary16 (f16), and returns a sum:
+** the squared Euclidean distance or the dot product. Callers turn those into
+** the metric's distance.
+**
+** Invariants:
+**   (1) For one kernel table, the f16 kernel widens each stored half to f32
+**       and then adds exactly the same products in exactly the same order as
+**       the f32 kernel, so a vector whose components are representable in
+**       half gets bit-identical results from both precisions.
+**   (2) The grouped kernels (x4) give each of their four vectors the same
+**       bits as the single kernel would: grouping only shares query loads.
+**   (3) The table never changes once chosen, so distances computed by the
+**       graph walk and by an exact scan of the same pair are identical.
+** dim is 1..4096; there is no alignment requirement on either pointer.
+*/
+#ifndef KEEL_DIST_H
+#define KEEL_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One distance sum between query q (f32) and a stored vector v. */
+typedef float (*keel_dist_fn)(const float *q, const void *v, uint32_t dim);
+/* The same for four stored vectors at once: out[i] = fn(q, v[i], dim). */
+typedef void (*keel_dist4_fn)(const float *q, const void *const v[4],
+                              uint32_t dim, float out[4]);
+
+typedef struct keel_kernels {
+    keel_dist_fn l2sq[2];   /* [KEEL_F32], [KEEL_F16]: sum of (q-v)^2 */
+    keel_dist_fn dot[2];    /* [KEEL_F32], [KEEL_F16]: sum of q*v */
+    keel_dist4_fn l2sq4[2];
+    keel_dist4_fn dot4[2];
+    const char *name;       /* "avx512", "avx2", "neon" or "scalar" */
+} keel_kernels;
+
+/* The best table this CPU runs, chosen on first call (thread-safe). The
+** environment variable KEEL_KERNELS=scalar|avx2|avx512 forces a table (for
+** tests and benchmarks) when the CPU has it. */
+const keel_kernels *keel__kernels(void);
+
+/* Every table compiled into this build that this CPU can run, best first;
+** *n gets the count. Tests compare each with the scalar one. */
+const keel_kernels *const *keel__kernels_all(size_t *n);
+
+/* IEEE 754 binary16 <-> binary32. f32 -> f16 rounds to nearest, ties to even;
+** values whose magnitude rounds above 65504 become infinity (callers refuse
+** those first with keel__f16_overflows). NaN stays NaN. */
+uint16_t keel__f32_to_f16(float x);
+float keel__f16_to_f32(uint16_t h);
+void keel__f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
+void keel__f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
+/* 1 if x is finite but rounds to infinity in half precision (|x| >= 65520). */
+int keel__f16_overflows(float x);
+
+#endif /* KEEL_DIST_H */

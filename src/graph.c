@@ -1,0 +1,200 @@
+/* graph.c -- HNSW node mechanics shared by searches and builds: distances,
+** levels, the selection heuristic and list changes that keep graph.h's
+** invariants for searches reading the same lists without a lock.
+*/
+#include "graph.h"
+
+#include <math.h>
+#include <sched.h>
+
+void
+keel__graph_init(keel_graph *gr, keel_store *st)
+{
+    memset(gr, 0, sizeof *gr);
+    const keel_kernels *k = keel__kernels();
+    gr->st = st;
+    gr->metric = st->metric;
+    gr->precision = st->precision;
+    gr->dim = st->g.dim;
+    gr->M = st->g.M;
+    gr->M0 = st->g.M0;
+    gr->dist = st->metric == KEEL_L2 ? k->l2sq[st->precision]
+                                     : k->dot[st->precision];
+    gr->dist4 = st->metric == KEEL_L2 ? k->l2sq4[st->precision]
+                                      : k->dot4[st->precision];
+    gr->level_mult = 1.0 / log((double)gr->M);
+}
+
+float
+keel__graph_report(const keel_graph *gr, float internal)
+{
+    if (gr->metric == KEEL_L2)
+        return sqrtf(internal > 0.0f ? internal : 0.0f);
+    if (gr->metric == KEEL_COSINE && internal < 0.0f)
+        return 0.0f; /* rounding of unit vectors */
+    return internal;
+}
+
+uint32_t
+keel__graph_level(const keel_graph *gr, uint64_t slot)
+{
+    /* A hash of the slot, so a batch's levels do not depend on thread
+     * timing and a file's graph shape is reproducible. */
+    uint64_t z = slot + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
+    double l = -log(u) * gr->level_mult;
+    return l >= KEEL_MAX_LEVELS - 1 ? KEEL_MAX_LEVELS - 1 : (uint32_t)l;
+}
+
+const float *
+keel__graph_vec_f32(const keel_graph *gr, uint64_t slot, float *buf)
+{
+    const void *v = keel__store_vec(gr->st, slot);
+    if (gr->precision == KEEL_F32)
+        return (const float *)v;
+    keel__f16_to_f32_n((const uint16_t *)v, buf, gr->dim);
+    return buf;
+}
+
+uint32_t
+keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
+                   uint32_t cap, uint32_t *out, float *buf)
+{
+    uint32_t kept = 0, quarter = (cap + 3) / 4;
+    for (uint32_t i = 0; i < n && kept < cap; i++) {
+        uint32_t c = keel__pack_slot(cand[i]);
+        float dc = keel__pack_dist(cand[i]);
+        const float *cv = keel__graph_vec_f32(gr, c, buf);
+        int good = 1;
+        for (uint32_t j = 0; j < kept && good; j++)
+            good = keel__graph_dist(gr, cv, keel__store_vec(gr->st, out[j])) >= dc;
+        if (good)
+            out[kept++] = c;
+    }
+    /* Colinear or clustered data can leave a node with two diverse
+     * neighbours; a quarter of the list keeps such chains connected. */
+    for (uint32_t i = 0; i < n && kept < quarter; i++) {
+        uint32_t c = keel__pack_slot(cand[i]);
+        int have = 0;
+        for (uint32_t j = 0; j < kept && !have; j++)
+            have = out[j] == c;
+        if (!have)
+            out[kept++] = c;
+    }
+    return kept;
+}
+
+void
+keel__spin_lock(uint32_t *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!__atomic_load_n(l, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
+            return;
+        if (spins > 64)
+            sched_yield();
+    }
+}
+
+void
+keel__spin_unlock(uint32_t *l)
+{
+    __atomic_store_n(l, 0u, __ATOMIC_RELEASE);
+}
+
+void
+keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
+                     const uint32_t *nb, uint32_t n)
+{
+    uint32_t len;
+    uint32_t *list = keel__store_list(gr->st, slot, level, &len);
+    if (!list)
+        return;
+    uint32_t *lock = &gr->stripes[slot % KEEL_STRIPES];
+    keel__spin_lock(lock);
+    for (uint32_t j = 0; j < len; j++)
+        KEEL_STORE_RELAXED(&list[j], j < n ? nb[j] : KEEL_EMPTY);
+    keel__spin_unlock(lock);
+}
+
+/* Rewrites list (len positions) to hold exactly keep[0..nk), keeping the
+** positions of entries that stay (invariant 2). */
+static void
+rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep, uint32_t nk,
+             uint8_t *flags)
+{
+    uint8_t *stays = flags, *placed = flags + len;
+    memset(placed, 0, nk);
+    for (uint32_t j = 0; j < len; j++) {
+        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
+        stays[j] = 0;
+        for (uint32_t i = 0; i < nk; i++)
+            if (!placed[i] && keep[i] == e) {
+                stays[j] = placed[i] = 1;
+                break;
+            }
+    }
+    uint32_t next = 0;
+    for (uint32_t j = 0; j < len; j++) {
+        if (stays[j])
+            continue;
+        while (next < nk && placed[next])
+            next++;
+        if (next < nk) {
+            KEEL_STORE_RELAXED(&list[j], keep[next]);
+            placed[next] = stays[j] = 1;
+        }
+    }
+    for (uint32_t j = 0; j < len; j++)
+        if (!stays[j])
+            KEEL_STORE_RELAXED(&list[j], KEEL_EMPTY);
+}
+
+void
+keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
+                     uint32_t level, uint64_t limit, keel_link_scratch *s)
+{
+    uint32_t len;
+    uint32_t *list = keel__store_list(gr->st, to, level, &len);
+    if (!list)
+        return;
+    uint32_t *lock = &gr->stripes[to % KEEL_STRIPES];
+    keel__spin_lock(lock);
+    uint32_t free_pos = KEEL_EMPTY;
+    for (uint32_t j = 0; j < len; j++) {
+        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
+        if (e == from)
+            goto done;
+        if ((e == KEEL_EMPTY || e >= limit) && free_pos == KEEL_EMPTY)
+            free_pos = j;
+    }
+    if (free_pos != KEEL_EMPTY) {
+        KEEL_STORE_RELAXED(&list[free_pos], (uint32_t)from);
+        goto done;
+    }
+    /* Full: choose the best len of the current entries and the new one. */
+    const float *tv = keel__graph_vec_f32(gr, to, s->vbuf);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < len; j++) {
+        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
+        s->cand[n++] = keel__pack(
+            keel__graph_dist(gr, tv, keel__store_vec(gr->st, e)), e);
+    }
+    s->cand[n++] = keel__pack(
+        keel__graph_dist(gr, tv, keel__store_vec(gr->st, from)), (uint32_t)from);
+    /* Insertion sort: n is at most 2M + 1. */
+    for (uint32_t i = 1; i < n; i++) {
+        uint64_t x = s->cand[i];
+        uint32_t j = i;
+        for (; j > 0 && s->cand[j - 1] > x; j--)
+            s->cand[j] = s->cand[j - 1];
+        s->cand[j] = x;
+    }
+    uint32_t nk = keel__graph_select(gr, s->cand, n, len, s->keep, s->cbuf);
+    rewrite_list(list, len, s->keep, nk, s->flags);
+done:
+    keel__spin_unlock(lock);
+}

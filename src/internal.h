@@ -1,0 +1,121 @@
+/* internal.h -- what every module of keel shares: feature macros, error
+** capture, allocation and small helpers.
+**
+** Every C file of the library includes this file first. It defines no state of its own;
+** the thread-local error message lives in error.c. Internal symbols with
+** external linkage are named keel__name; nothing without a prefix may have
+** external linkage.
+*/
+#ifndef KEEL_INTERNAL_H
+#define KEEL_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "keel.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "keel reads its file in place and needs a little-endian machine"
+#endif
+
+#define KEEL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define KEEL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define KEEL_UNUSED(x)   ((void)(x))
+#define KEEL_MIN(a, b)   ((a) < (b) ? (a) : (b))
+#define KEEL_MAX(a, b)   ((a) > (b) ? (a) : (b))
+#define KEEL_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
+
+#if defined(__GNUC__)
+#define KEEL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define KEEL_COLD         __attribute__((cold, noinline))
+#else
+#define KEEL_PRINTF(f, a)
+#define KEEL_COLD
+#endif
+
+/* Records this thread's error message (printf-style; the text should end with
+** "\nhelp: ...") and returns rc, so error paths are one line:
+**     return keel__fail(KEEL_EINVAL, "k is 0, ...\nhelp: ...");
+*/
+int keel__fail(int rc, const char *fmt, ...) KEEL_PRINTF(2, 3) KEEL_COLD;
+
+/* Prepends context to this thread's current message ("what: <old>"). Returns
+** rc. Used where a lower layer failed and an upper layer knows the value. */
+int keel__wrap(int rc, const char *fmt, ...) KEEL_PRINTF(2, 3) KEEL_COLD;
+
+/* Clears this thread's message (a successful public call). */
+void keel__clear_error(void);
+
+/* A corrupt-file failure: names the check that failed and where, with the
+** help line every corruption shares. */
+#define KEEL_CORRUPT(...) keel__corrupt(__FILE__, __LINE__, __VA_ARGS__)
+int keel__corrupt(const char *file, int line, const char *fmt, ...)
+    KEEL_PRINTF(3, 4) KEEL_COLD;
+
+/* Allocation through one place, so tests can fail the n-th allocation.
+** keel__malloc records KEEL_ENOMEM's message itself on failure. */
+void *keel__malloc(size_t n);
+void *keel__calloc(size_t count, size_t size);
+void *keel__realloc(void *p, size_t n);
+void keel__free(void *p);
+/* Test seam: fail the n-th allocation from now on (0 = never). */
+void keel__fail_alloc_after(uint64_t n);
+
+/* Relaxed and ordered atomics on words shared with searches and other
+** processes. Everything a search may read while a write changes it goes
+** through these, never through plain loads and stores. */
+#define KEEL_LOAD_RELAXED(p)     __atomic_load_n((p), __ATOMIC_RELAXED)
+#define KEEL_LOAD_ACQUIRE(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define KEEL_STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define KEEL_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+static inline uint32_t
+keel__log2_floor64(uint64_t x)
+{
+    return 63u - (uint32_t)__builtin_clzll(x);
+}
+
+static inline uint32_t
+keel__log2_ceil64(uint64_t x)
+{
+    return x <= 1 ? 0 : 64u - (uint32_t)__builtin_clzll(x - 1);
+}
+
+/* Little-endian field access on the file's bytes (the host is little-endian;
+** memcpy keeps unaligned access defined). */
+static inline uint64_t
+keel__get64(const void *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline uint32_t
+keel__get32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void
+keel__put64(void *p, uint64_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+static inline void
+keel__put32(void *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* The number of online cores, at least 1. */
+uint32_t keel__cpu_count(void);
+
+#endif /* KEEL_INTERNAL_H */

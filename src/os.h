@@ -1,0 +1,84 @@
+/* os.h -- the only door from keel to the operating system.
+**
+** Every system call keel makes goes through the table below, so tests can
+** replace it: fail a call with EIO or ENOSPC, shorten a write, or record
+** writes and syncs to compose power-loss images. os_posix.c holds the real
+** table; keel__os points at it unless a test swaps it (before any index is
+** opened, or between indexes).
+**
+** Every function returns 0 (or a non-negative count) on success and -errno on
+** failure. None of them records an error message: the caller knows which
+** value it was working on and says so.
+*/
+#ifndef KEEL_OS_H
+#define KEEL_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct keel_file_info {
+    uint64_t size;      /* bytes */
+    uint64_t allocated; /* bytes the file system holds (st_blocks * 512) */
+    uint64_t dev, ino;  /* identity, to notice a file replaced by rename */
+    int is_regular;     /* 1 for a regular file */
+} keel_file_info;
+
+/* Advice kinds for madvise_range. */
+enum keel_advice {
+    KEEL_ADV_POPULATE_READ, /* read pages in now (falls back to WILLNEED) */
+    KEEL_ADV_WILLNEED,
+    KEEL_ADV_HUGEPAGE,
+    KEEL_ADV_RANDOM,
+    KEEL_ADV_NORMAL
+};
+
+/* Flags for open. */
+#define KEEL_OPEN_READ   0   /* read-only */
+#define KEEL_OPEN_WRITE  1   /* read and write */
+#define KEEL_OPEN_CREATE 2   /* with WRITE: create; fails if it exists */
+
+typedef struct keel_os {
+    /* Opens a file (close-on-exec); returns the descriptor. Created files get
+     * mode 0644 less the umask. */
+    int (*open)(const char *path, int flags);
+    int (*close)(int fd);
+    /* Whole reads and writes: they loop over short transfers and return the
+     * byte count (a short count only at end of file for pread). */
+    ssize_t (*pread)(int fd, void *buf, size_t n, uint64_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t n, uint64_t off);
+    /* Makes the file's data durable (fdatasync; F_FULLFSYNC on Apple). */
+    int (*sync)(int fd);
+    /* Makes the directory entries under dir durable. */
+    int (*sync_dir)(const char *dir);
+    /* Sets the file's length (only ever grows it in keel). */
+    int (*truncate)(int fd, uint64_t len);
+    /* Reserves disk blocks for [off, off+len) so writes through a mapping
+     * never meet a full disk. */
+    int (*allocate)(int fd, uint64_t off, uint64_t len);
+    int (*stat)(int fd, keel_file_info *out);
+    int (*stat_path)(const char *path, keel_file_info *out);
+    /* Maps [off, off+len) of fd shared; writable if write. *out = address. */
+    int (*map)(int fd, uint64_t off, size_t len, int write, void **out);
+    int (*unmap)(void *addr, size_t len);
+    int (*advise)(void *addr, size_t len, enum keel_advice advice);
+    /* Exclusive, non-blocking advisory lock on the whole file (flock).
+     * -EWOULDBLOCK when another descriptor holds it. */
+    int (*lock)(int fd);
+    int (*unlink)(const char *path);
+    int (*rename)(const char *from, const char *to);
+    /* Drops the file's clean pages from the page cache (tests, benchmarks). */
+    int (*evict)(int fd);
+    /* Resident pages of a mapping: vec gets one byte per page (mincore). */
+    int (*resident)(void *addr, size_t len, unsigned char *vec);
+} keel_os;
+
+/* The table in use. Tests may point it at their own table. */
+extern const keel_os *keel__os;
+/* The real one. */
+extern const keel_os keel__os_posix;
+
+/* The system page size, and 2 MiB huge pages where the system has them. */
+size_t keel__page_size(void);
+
+#endif /* KEEL_OS_H */

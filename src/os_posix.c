@@ -1,0 +1,263 @@
+/* os_posix.c -- the real operating-system table: every system call keel
+** makes, on Linux and other POSIX systems.
+**
+** This is the only file that includes <fcntl.h>, <sys/mman.h> or
+** <sys/file.h>, and the only place with #ifdefs on the operating system.
+** Each function returns 0 (or a count) or -errno; none records a message.
+*/
+#include "internal.h"
+#include "os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+static int
+os_open(const char *path, int flags)
+{
+    int f = (flags & KEEL_OPEN_WRITE) ? O_RDWR : O_RDONLY;
+    if (flags & KEEL_OPEN_CREATE)
+        f |= O_CREAT | O_EXCL;
+    int fd;
+    do {
+        fd = open(path, f | O_CLOEXEC, 0644);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : fd;
+}
+
+static int
+os_close(int fd)
+{
+    return close(fd) == 0 ? 0 : -errno;
+}
+
+static ssize_t
+os_pread(int fd, void *buf, size_t n, uint64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+static ssize_t
+os_pwrite(int fd, const void *buf, size_t n, uint64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
+                           (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+static int
+os_sync(int fd)
+{
+#if defined(__APPLE__)
+    if (fcntl(fd, F_FULLFSYNC) == 0)
+        return 0;
+    return -errno;
+#else
+    return fdatasync(fd) == 0 ? 0 : -errno;
+#endif
+}
+
+static int
+os_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+static int
+os_truncate(int fd, uint64_t len)
+{
+    int r;
+    do {
+        r = ftruncate(fd, (off_t)len);
+    } while (r < 0 && errno == EINTR);
+    return r == 0 ? 0 : -errno;
+}
+
+static int
+os_allocate(int fd, uint64_t off, uint64_t len)
+{
+    if (len == 0)
+        return 0;
+    /* posix_fallocate returns the error instead of setting errno; on file
+     * systems without fallocate glibc writes a byte per block, which is
+     * harmless here because keel only reserves ranges it has not written. */
+    int r;
+    do {
+        r = posix_fallocate(fd, (off_t)off, (off_t)len);
+    } while (r == EINTR);
+    return -r;
+}
+
+static void
+fill_info(const struct stat *st, keel_file_info *out)
+{
+    out->size = (uint64_t)st->st_size;
+    out->allocated = (uint64_t)st->st_blocks * 512u;
+    out->dev = (uint64_t)st->st_dev;
+    out->ino = (uint64_t)st->st_ino;
+    out->is_regular = S_ISREG(st->st_mode) ? 1 : 0;
+}
+
+static int
+os_stat(int fd, keel_file_info *out)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    fill_info(&st, out);
+    return 0;
+}
+
+static int
+os_stat_path(const char *path, keel_file_info *out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    fill_info(&st, out);
+    return 0;
+}
+
+static int
+os_map(int fd, uint64_t off, size_t len, int write, void **out)
+{
+    void *p = mmap(NULL, len, PROT_READ | (write ? PROT_WRITE : 0), MAP_SHARED,
+                   fd, (off_t)off);
+    if (p == MAP_FAILED)
+        return -errno;
+    *out = p;
+    return 0;
+}
+
+static int
+os_unmap(void *addr, size_t len)
+{
+    return munmap(addr, len) == 0 ? 0 : -errno;
+}
+
+static int
+os_advise(void *addr, size_t len, enum keel_advice advice)
+{
+    int a;
+    switch (advice) {
+    case KEEL_ADV_POPULATE_READ:
+        if (madvise(addr, len, MADV_POPULATE_READ) == 0)
+            return 0;
+        if (errno != EINVAL)
+            return -errno;
+        a = MADV_WILLNEED; /* before Linux 5.14 */
+        break;
+    case KEEL_ADV_WILLNEED: a = MADV_WILLNEED; break;
+#ifdef MADV_HUGEPAGE
+    case KEEL_ADV_HUGEPAGE: a = MADV_HUGEPAGE; break;
+#else
+    case KEEL_ADV_HUGEPAGE: return -EINVAL;
+#endif
+    case KEEL_ADV_RANDOM: a = MADV_RANDOM; break;
+    default: a = MADV_NORMAL; break;
+    }
+    return madvise(addr, len, a) == 0 ? 0 : -errno;
+}
+
+static int
+os_lock(int fd)
+{
+    int r;
+    do {
+        r = flock(fd, LOCK_EX | LOCK_NB);
+    } while (r < 0 && errno == EINTR);
+    return r == 0 ? 0 : -errno;
+}
+
+static int
+os_unlink(const char *path)
+{
+    return unlink(path) == 0 ? 0 : -errno;
+}
+
+static int
+os_rename(const char *from, const char *to)
+{
+    return rename(from, to) == 0 ? 0 : -errno;
+}
+
+static int
+os_evict(int fd)
+{
+    fdatasync(fd);
+    int r = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    return -r;
+}
+
+static int
+os_resident(void *addr, size_t len, unsigned char *vec)
+{
+    return mincore(addr, len, vec) == 0 ? 0 : -errno;
+}
+
+const keel_os keel__os_posix = {
+    .open = os_open,
+    .close = os_close,
+    .pread = os_pread,
+    .pwrite = os_pwrite,
+    .sync = os_sync,
+    .sync_dir = os_sync_dir,
+    .truncate = os_truncate,
+    .allocate = os_allocate,
+    .stat = os_stat,
+    .stat_path = os_stat_path,
+    .map = os_map,
+    .unmap = os_unmap,
+    .advise = os_advise,
+    .lock = os_lock,
+    .unlink = os_unlink,
+    .rename = os_rename,
+    .evict = os_evict,
+    .resident = os_resident,
+};
+
+const keel_os *keel__os = &keel__os_posix;
+
+size_t
+keel__page_size(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096u;
+}

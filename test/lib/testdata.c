@@ -1,0 +1,154 @@
+/* testdata.c -- test helpers: loading the GloVe slice, recall, fixtures. */
+#include "testdata.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *
+td_dir(void)
+{
+    const char *d = getenv("KEEL_TEST_DATA");
+    return d ? d : "test/data";
+}
+
+static unsigned char *
+load_or_die(const char *name, size_t *len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", td_dir(), name);
+    unsigned char *b = td_read_file(path, len);
+    if (!b) {
+        fprintf(stderr, "cannot read test data %s (set KEEL_TEST_DATA)\n", path);
+        exit(2);
+    }
+    return b;
+}
+
+/* .fvecs and .ivecs share their layout: per row an int32 count, then the
+** row's 4-byte values. */
+static void *
+load_rows(const char *name, size_t *n, uint32_t *width)
+{
+    size_t len;
+    unsigned char *b = load_or_die(name, &len);
+    int32_t w;
+    if (len < 4 || (memcpy(&w, b, 4), w <= 0) || len % (4 + 4 * (size_t)w)) {
+        fprintf(stderr, "%s is not a vector file\n", name);
+        exit(2);
+    }
+    size_t rows = len / (4 + 4 * (size_t)w);
+    unsigned char *out = malloc(rows * (size_t)w * 4);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(out + r * (size_t)w * 4, b + r * (4 + 4 * (size_t)w) + 4,
+               (size_t)w * 4);
+    free(b);
+    *n = rows;
+    *width = (uint32_t)w;
+    return out;
+}
+
+test_vecs
+td_load_fvecs(const char *name)
+{
+    test_vecs v;
+    v.v = load_rows(name, &v.n, &v.dim);
+    return v;
+}
+
+test_truth
+td_load_ivecs(const char *name)
+{
+    test_truth t;
+    t.ids = load_rows(name, &t.n, &t.width);
+    return t;
+}
+
+void
+td_free_vecs(test_vecs *v)
+{
+    free(v->v);
+    v->v = NULL;
+}
+
+void
+td_free_truth(test_truth *t)
+{
+    free(t->ids);
+    t->ids = NULL;
+}
+
+double
+td_recall(const keel_result *res, const size_t *n_found, size_t nq, size_t k,
+          const test_truth *t, const uint64_t *id_of)
+{
+    size_t hit = 0;
+    for (size_t q = 0; q < nq; q++)
+        for (size_t i = 0; i < k && i < t->width; i++) {
+            uint64_t want = id_of ? id_of[t->ids[q * t->width + i]]
+                                  : (uint64_t)t->ids[q * t->width + i];
+            for (size_t j = 0; j < n_found[q]; j++)
+                if (res[q * k + j].id == want) {
+                    hit++;
+                    break;
+                }
+        }
+    return (double)hit / (double)(nq * k);
+}
+
+double
+td_search_recall(keel_index *idx, const test_vecs *q, size_t k, uint32_t ef,
+                 const test_truth *t, const uint64_t *id_of)
+{
+    keel_result *res = calloc(q->n * k, sizeof *res);
+    size_t *nf = calloc(q->n, sizeof *nf);
+    keel_search_params p = {.ef = ef};
+    double r = -1;
+    if (keel_search_batch(idx, q->v, q->n, k, &p, res, nf) == KEEL_OK)
+        r = td_recall(res, nf, q->n, k, t, id_of);
+    free(res);
+    free(nf);
+    return r;
+}
+
+float *
+td_random(size_t n, uint32_t dim, uint64_t seed)
+{
+    float *v = malloc(n * dim * sizeof *v);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n * dim; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        v[i] = (float)((double)(s >> 11) * 0x1.0p-52 - 1.0);
+    }
+    return v;
+}
+
+unsigned char *
+td_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) {
+        free(b);
+        return NULL;
+    }
+    *len = (size_t)n;
+    return b;
+}
+
+int
+td_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t put = fwrite(data, 1, len, f);
+    return fclose(f) == 0 && put == len ? 0 : -1;
+}

@@ -1,0 +1,48 @@
+/* testdata.h -- test helpers: the GloVe slice in test/data, recall, and
+** small index fixtures. Linked into every test binary.
+*/
+#ifndef KEEL_TESTDATA_H
+#define KEEL_TESTDATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel.h"
+
+typedef struct test_vecs {
+    float *v;       /* n * dim */
+    size_t n;
+    uint32_t dim;
+} test_vecs;
+
+typedef struct test_truth {
+    int32_t *ids;   /* n * width */
+    size_t n;
+    uint32_t width;
+} test_truth;
+
+/* The directory of the test data (KEEL_TEST_DATA, else test/data). */
+const char *td_dir(void);
+/* Loads test/data/<name>; aborts the process with a message on failure. */
+test_vecs td_load_fvecs(const char *name);
+test_truth td_load_ivecs(const char *name);
+void td_free_vecs(test_vecs *v);
+void td_free_truth(test_truth *t);
+
+/* recall@k of results (nq rows of k, n_found per row) against truth, where
+** truth ids map to index ids through id_of (NULL = identity). */
+double td_recall(const keel_result *res, const size_t *n_found, size_t nq,
+                 size_t k, const test_truth *t, const uint64_t *id_of);
+
+/* Searches every query (k results, ef) and returns recall@k. */
+double td_search_recall(keel_index *idx, const test_vecs *q, size_t k,
+                        uint32_t ef, const test_truth *t, const uint64_t *id_of);
+
+/* Random unit-free vectors in [-1, 1), deterministic by seed. */
+float *td_random(size_t n, uint32_t dim, uint64_t seed);
+
+/* Whole file contents (for byte-identical checks); *len gets the size. */
+unsigned char *td_read_file(const char *path, size_t *len);
+int td_write_file(const char *path, const void *data, size_t len);
+
+#endif /* KEEL_TESTDATA_H */
