@@ -256,12 +256,14 @@ keel__header_decode(const uint8_t *buf, uint64_t file_len, keel_header *h,
             snprintf(why, why_len, "read version %u", h->read_version);
         return KEEL_EVERSION;
     }
+    h->checksum_ok = 0;
     h->length = keel__get32(buf + HO_LENGTH);
     if (h->length < KEEL_HDR_FIXED || h->length > KEEL_PAGE_SLOT)
         BAD("header length %u", h->length);
     if (keel__header_checksum(buf, h->length) !=
         keel__get64(buf + HO_CHECKSUM))
         BAD("header checksum does not match");
+    h->checksum_ok = 1;
     h->sequence = keel__get64(buf + HO_SEQUENCE);
     h->dim = keel__get32(buf + HO_DIM);
     h->M = keel__get32(buf + HO_M);

@@ -58,6 +58,7 @@ enum {
 ** of the tables are meaningful. */
 typedef struct keel_header {
     uint32_t read_version, write_version;
+    int checksum_ok;         /* decode: the checksum matched */
     uint64_t sequence;
     uint32_t length;
     uint32_t dim, M, M0;

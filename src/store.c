@@ -602,6 +602,14 @@ read_headers(int fd, const char *path, uint64_t file_len, keel_header *out,
         r[c] = keel__header_decode(buf + c * KEEL_PAGE_SLOT, file_len, &h[c],
                                    why[c], sizeof why[c]);
     *fresh = 0;
+    /* A copy keel wrote whole (its checksum matches) that describes
+     * something this file does not hold means the file was cut short or
+     * damaged: opening the other, older copy would silently lose commits. */
+    for (int c = 0; c < 2; c++)
+        if (r[c] == KEEL_ECORRUPT && h[c].checksum_ok) {
+            rc = KEEL_CORRUPT("%s: header copy %c: %s", path, "AB"[c], why[c]);
+            goto out;
+        }
     if (r[0] == KEEL_OK && r[1] == KEEL_OK) {
         if (h[0].sequence == h[1].sequence) {
             rc = KEEL_CORRUPT("%s holds two header copies with sequence %llu",
