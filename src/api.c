@@ -275,6 +275,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         index_free(idx);
         return rc;
     }
+    keel__remove_leftovers(path); /* we hold the writer lock */
     keel__index_attach(idx, st);
     idx->conv = keel__malloc((size_t)idx->dim * 4 * 2);
     if (!idx->conv) {

@@ -37,8 +37,10 @@ int keel__index_attach(keel_index *idx, keel_store *st);
 keel_search_ctx *keel__ctx_get(keel_index *idx);
 void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
 
-/* life.c: a reader moves to the file that replaced its own (compaction). */
+/* life.c: a reader moves to the file that replaced its own (compaction);
+** a writer removes what a crashed compaction left. */
 int keel__reader_follow(keel_index *idx);
+void keel__remove_leftovers(const char *path);
 
 /* warm.c */
 int keel__warm_start(keel_index *idx);

@@ -216,6 +216,17 @@ void
 keel__store_written_ranges(const keel_store *st, const keel_view *v,
                            keel_range_fn fn, void *arg)
 {
+    /* The heap first: the upper layers every search crosses before it
+     * reaches level 0. Then, segment by segment, what a search reads in the
+     * order it reads it: records, vectors, slot headers. */
+    uint64_t hu = st->writer ? st->work.heap_used : v->heap_used;
+    uint32_t hc = (uint32_t)(hu >> 32);
+    uint32_t nheap = KEEL_LOAD_ACQUIRE(&st->nheap);
+    for (uint32_t c = 0; c < nheap && c <= hc; c++) {
+        const keel_chunk *ch = &st->heap[c];
+        fn(KEEL_LOAD_RELAXED(&ch->base),
+           (size_t)(c < hc ? ch->bytes : (hu & 0xFFFFFFFFu)), arg);
+    }
     uint64_t limit = v->limit;
     uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
     for (uint32_t k = 0; k < nseg; k++) {
@@ -224,15 +235,8 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
         if (first >= limit)
             break;
         uint64_t used = KEEL_MIN(limit - first, s->slots);
-        fn(s->hdrs, (size_t)(used * KEEL_SLOT_HDR_BYTES), arg);
-        fn(s->vecs, (size_t)(used * st->g.vec_bytes), arg);
-        fn(s->recs, (size_t)(used * st->g.rec_bytes), arg);
-    }
-    uint64_t hu = st->writer ? st->work.heap_used : v->heap_used;
-    uint32_t hc = (uint32_t)(hu >> 32);
-    uint32_t nheap = KEEL_LOAD_ACQUIRE(&st->nheap);
-    for (uint32_t c = 0; c < nheap && c <= hc; c++) {
-        const keel_chunk *ch = &st->heap[c];
-        fn(ch->base, (size_t)(c < hc ? ch->bytes : (hu & 0xFFFFFFFFu)), arg);
+        fn(KEEL_LOAD_RELAXED(&s->recs), (size_t)(used * st->g.rec_bytes), arg);
+        fn(KEEL_LOAD_RELAXED(&s->vecs), (size_t)(used * st->g.vec_bytes), arg);
+        fn(KEEL_LOAD_RELAXED(&s->hdrs), (size_t)(used * KEEL_SLOT_HDR_BYTES), arg);
     }
 }

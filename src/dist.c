@@ -11,19 +11,23 @@
 **   - The scalar f16 kernels widen halves into a block of floats and run the
 **     very same accumulation code as the f32 kernels, lane for lane, so (1)
 **     of dist.h holds; the x4 kernels call the single ones, so (2) holds.
-**     Floating-point contraction is off for this file (C11 pragma under
-**     clang; GCC's ISO C mode never contracts), so the scalar table gives the
-**     same bits on every compiler and machine.
+**     Floating-point contraction is off for the scalar kernels (C11 pragma
+**     under clang, an optimize attribute under GCC), so the scalar table
+**     gives the same bits on every machine with either compiler (except
+**     clang -ffp-contract=fast, which disregards the pragma).
 **   - The table is chosen once, under pthread_once, and never changes (3).
 **     By default the choice is the fastest table the CPU runs: on x86-64,
 **     avx512 needs AVX-512 F, BW, DQ and VL; avx2 needs AVX2, FMA and F16C.
 **     KEEL_KERNELS=scalar|avx2|avx512|neon forces a table the CPU has; any
 **     other value is ignored.
-**   - Measured on an AMD EPYC (family 26, Zen 5), gcc 12 -O2, in cache,
-**     ns per distance (single / x4 per vector), f32:
-**         dim     scalar     avx2        avx512
-**         100     see the report of bench/dist_bench.c; avx512 is not
-**                 slower than avx2 from 100 to 1536 dims, so it is preferred.
+**   - Measured with bench/dist_bench.c on an AMD EPYC (Zen 5), gcc 12 -O2,
+**     vectors in L1/L2, ns per l2sq distance, single / x4 (per vector):
+**         dim   avx512 f32  avx2 f32    avx512 f16  avx2 f16    scalar f32/f16
+**         100   4.0 / 2.6   4.7 / 3.5   4.0 / 3.5   5.1 / 4.3     15 / 95
+**         128   4.5 / 3.0   4.9 / 3.6   4.0 / 3.6   5.7 / 4.8     11 / 115
+**         784    24 / 15     29 / 24     18 / 15     24 / 24      50 / 690
+**        1536    46 / 29     57 / 47     34 / 28     47 / 46     101 / 1310
+**     avx512 is faster than avx2 at every dim from 100 up, so it comes first.
 **   - The bulk conversions use F16C when the CPU has AVX2 and F16C; they give
 **     the same bits as the scalar conversions (NaNs come out quiet in both).
 */
@@ -39,8 +43,15 @@
 #include <cpuid.h>
 #endif
 
+/* No fused multiply-add in the scalar kernels, whatever the build's mode
+** (GCC contracts in GNU C modes, clang within an expression). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#define NO_CONTRACT
+#elif defined(__GNUC__)
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_CONTRACT
 #endif
 
 /* ---- IEEE binary16 conversion ---- */
@@ -102,11 +113,12 @@ to_f16(float x)
 static inline float
 to_f32(uint16_t h)
 {
-    /* Branch-free, so that blocks of halves widen quickly: rebias a normal
-    ** half's exponent; exponent 31 moves on to 255 (NaNs made quiet); a
-    ** subnormal or zero is man * 2^-24, computed exactly in any rounding
-    ** mode as ((0.5 + man * 2^-11) - 0.5) * 2^-13, with no denormal
-    ** operand (the sign bit is cleared: x - x is -0 when rounding down). */
+    /* Every case is computed and one selected, so blocks widen quickly:
+    ** a normal half's exponent is rebiased; exponent 31 moves on to 255
+    ** (NaNs made quiet); a subnormal or zero is man * 2^-24, computed
+    ** exactly in any rounding mode as ((0.5 + man * 2^-11) - 0.5) * 2^-13
+    ** with no denormal operand (the sign bit is cleared: x - x is -0 when
+    ** rounding down). */
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t em = h & 0x7fffu;
     uint32_t normal = (em << 13) + 0x38000000u;
@@ -155,11 +167,13 @@ f16_to_f32_n_scalar(const uint16_t *src, float *dst, size_t n)
 
 /* Element i of a vector is added into lane i % LANES; lanes are summed in a
 ** fixed tree at the end. Blocks of halves are widened BLOCK at a time, a
-** multiple of LANES, so lane assignment is the same for both precisions. */
+** multiple of LANES, so lane assignment is the same for both precisions.
+** The accumulating functions are never inlined: both precisions run one
+** copy of the machine code, whatever the compiler does to it. */
 #define LANES 8
 #define BLOCK 64
 
-static void
+static __attribute__((noinline)) NO_CONTRACT void
 l2sq_acc(float acc[LANES], const float *q, const float *v, size_t n)
 {
     float a[LANES];
@@ -178,7 +192,7 @@ l2sq_acc(float acc[LANES], const float *q, const float *v, size_t n)
     memcpy(acc, a, sizeof a);
 }
 
-static void
+static __attribute__((noinline)) NO_CONTRACT void
 dot_acc(float acc[LANES], const float *q, const float *v, size_t n)
 {
     float a[LANES];

@@ -171,6 +171,11 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
         if ((e == KEEL_EMPTY || e >= limit) && free_pos == KEEL_EMPTY)
             free_pos = j;
     }
+    /* A committed node's lists go to the undo log before they change; if
+     * they cannot, the link is left out (the graph loses an edge, a crash
+     * loses nothing). */
+    if (to < gr->st->committed.count && keel__undo_save(gr->st, to) != KEEL_OK)
+        goto done;
     if (free_pos != KEEL_EMPTY) {
         KEEL_STORE_RELAXED(&list[free_pos], (uint32_t)from);
         goto done;

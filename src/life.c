@@ -1,21 +1,226 @@
 /* life.c -- an index's file over its life: compaction into a new file, and
-** readers that follow the file that replaced their own.
+** readers that move to the file that replaced their own.
+**
+** Compaction (keel_compact), with the writer lock held throughout:
+**   1. flush;
+**   2. write every live vector (same ids, same metric, precision and M) into
+**      <path>.compacting, link them with the batch build, commit it with the
+**      old file's next id (auto ids are never reused) and epoch + 1 (so a
+**      snapshot's (count, epoch) never names two states);
+**   3. commit the superseded flag in the old file;
+**   4. rename the new file over the path and sync the directory;
+**   5. swap the handle to the new store (searches in flight finish on the
+**      old one first).
+** A failure before step 4 removes the new file (and clears the flag): the
+** old index stays intact and usable. A leftover <path>.compacting from a
+** crash is removed by the next writer open. After a power loss either file
+** may be at the path; both hold the same live vectors and ids.
+**
+** Readers: a snapshot with the superseded flag makes the reader look at the
+** path again; once the path names another file it opens that one and
+** continues there. Until the rename lands it keeps searching the old file,
+** which stays valid (an open file outlives its name).
 */
 #include "api.h"
 
-int
-keel__reader_follow(keel_index *idx)
+#include <stdio.h>
+#include <stdlib.h>
+
+static char *
+compacting_path(const char *path)
 {
-    KEEL_UNUSED(idx);
-    return KEEL_OK;
+    size_t n = strlen(path);
+    char *p = keel__malloc(n + 12);
+    if (p)
+        memcpy(p, path, n), memcpy(p + n, ".compacting", 12);
+    return p;
+}
+
+void
+keel__remove_leftovers(const char *path)
+{
+    char *p = compacting_path(path);
+    if (p) {
+        keel__os->unlink(p);
+        keel__free(p);
+    }
+}
+
+static char *
+parent_dir(const char *path)
+{
+    char *d = strdup(path);
+    if (!d)
+        return NULL;
+    char *slash = strrchr(d, '/');
+    if (slash == d)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(d, ".");
+    return d;
+}
+
+/* Writes the live vectors of old into the new store and links them. */
+static int
+copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
+{
+    keel_view v;
+    keel__store_view(old, &v);
+    v.as_committed = 1;
+    uint64_t live = old->committed.count - old->committed.deleted;
+    uint64_t first;
+    int rc = keel__store_id_reserve(nw, live);
+    if (!rc && live)
+        rc = keel__store_reserve(nw, live, &first);
+    if (rc)
+        return rc;
+    uint64_t to = 0;
+    for (uint64_t s = 0; s < old->committed.count; s++) {
+        if (!keel__store_present(&v, s))
+            continue;
+        uint64_t ref = 0, id = keel__store_id(old, s);
+        uint32_t level = keel__graph_level(ngr, to);
+        if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
+            return rc;
+        keel__store_write_slot(nw, to, id, keel__store_vec(old, s), level, ref);
+        keel__store_id_insert(nw, id, to);
+        to++;
+    }
+    nw->work.next_id = old->committed.next_id;
+    nw->work.epoch = old->committed.epoch + 1;
+    if (!live)
+        return KEEL_OK;
+    keel_builder b;
+    keel__build_init(&b, ngr, idx->ef_construction);
+    b.progress = idx->progress;
+    b.progress_arg = idx->progress_arg;
+    keel_search_ctx *c = keel__search_ctx_new(ngr);
+    if (!c)
+        return KEEL_ENOMEM;
+    rc = keel__build_link(&b, c, 0, live, idx->threads);
+    keel__search_ctx_free(c);
+    return rc;
 }
 
 int
 keel_compact(keel_index *idx)
 {
+    keel__clear_error();
     if (!idx)
         return keel__fail(KEEL_EINVAL, "keel_compact was given a NULL index\n"
                           "help: pass the handle keel_open returned");
-    return keel__fail(KEEL_EINVAL, "compaction is not available yet\nhelp: "
-                      "rebuild the index from its live vectors");
+    if (!idx->writer)
+        return keel__fail(KEEL_EREADONLY,
+                          "cannot compact: the index at %s was opened as a "
+                          "reader\nhelp: compact through the writer "
+                          "(keel_open)", idx->path);
+    pthread_mutex_lock(&idx->write_lock);
+    keel_store *old = idx->st, *nw = NULL;
+    keel_graph *ngr = NULL;
+    char *tmp = compacting_path(idx->path), *dir = parent_dir(idx->path);
+    int rc = (!tmp || !dir) ? KEEL_ENOMEM : keel__store_commit(old);
+    int flagged = 0;
+    if (rc)
+        goto fail;
+    keel__os->unlink(tmp);
+    keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
+                           .metric = old->metric, .precision = old->precision,
+                           .have_options = 1};
+    if ((rc = keel__store_open_writer(tmp, &p, &nw)))
+        goto fail;
+    ngr = keel__calloc(1, sizeof *ngr);
+    if (!ngr) {
+        rc = KEEL_ENOMEM;
+        goto fail;
+    }
+    keel__graph_init(ngr, nw);
+    if ((rc = copy_live(idx, old, nw, ngr)) || (rc = keel__store_commit(nw)))
+        goto fail;
+    if ((rc = keel__store_set_superseded(old, 1)))
+        goto fail;
+    flagged = 1;
+    int err = keel__os->rename(tmp, idx->path);
+    if (err) {
+        rc = keel__fail(KEEL_EIO, "renaming %s over %s failed: %s\nhelp: check "
+                        "the directory's permissions; the index is unchanged",
+                        tmp, idx->path, strerror(-err));
+        goto fail;
+    }
+    flagged = 0;
+    err = keel__os->sync_dir(dir);
+    /* The rename happened: from here on the new file is the index. */
+    free(nw->path);
+    nw->path = strdup(idx->path);
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__warm_stop(idx);
+    keel__index_attach(idx, nw);
+    if (idx->flags & KEEL_WARM)
+        keel__warm_start(idx);
+    if (idx->flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__free(ngr);
+    keel__store_close(old);
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__free(tmp);
+    free(dir);
+    if (err || !nw->path) {
+        nw->poisoned = 1;
+        return keel__fail(KEEL_EIO, "syncing the directory of %s after "
+                          "compaction failed\nhelp: close and reopen the "
+                          "index", idx->path);
+    }
+    return KEEL_OK;
+fail:
+    if (flagged && keel__store_set_superseded(old, 0) == KEEL_OK)
+        flagged = 0;
+    keel__store_close(nw);
+    if (tmp)
+        keel__os->unlink(tmp);
+    keel__free(ngr);
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__free(tmp);
+    free(dir);
+    return rc;
+}
+
+int
+keel__reader_follow(keel_index *idx)
+{
+    keel_store *st = idx->st;
+    keel_view v;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    int rc = keel__store_view(st, &v);
+    int superseded = rc == KEEL_OK && keel__store_superseded(st);
+    keel_file_info a, b;
+    int moved = superseded && keel__os->stat(st->fd, &a) == 0 &&
+                keel__os->stat_path(idx->path, &b) == 0 &&
+                (a.dev != b.dev || a.ino != b.ino);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (rc || !moved)
+        return rc;
+    keel_store *nw;
+    if (keel__store_open_reader(idx->path, &nw) != KEEL_OK) {
+        /* The new file is not readable yet (or any more): keep searching the
+         * old one, which stays valid, and look again next time. */
+        keel__clear_error();
+        return KEEL_OK;
+    }
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    if (idx->st != st) { /* another thread moved first */
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return KEEL_OK;
+    }
+    keel__warm_stop(idx);
+    keel__index_attach(idx, nw);
+    if (idx->flags & KEEL_WARM)
+        keel__warm_start(idx);
+    if (idx->flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__store_close(st);
+    return KEEL_OK;
 }

@@ -519,6 +519,10 @@ keel__store_commit(keel_store *st)
 
     int copy = 1 - st->newest_copy;
     int rc;
+    /* Undo invariant (2): the log is durable before the index is synced. */
+    int err = keel__undo_sync(st);
+    if (err)
+        return poison(st, err, "syncing the undo log");
     if (st->pend_n == 0) {
         w->sequence = st->committed.sequence + 1;
         if ((rc = sync_file(st)) || (rc = write_header(st, w, copy)) ||
@@ -561,6 +565,7 @@ keel__store_commit(keel_store *st)
         st->pend_n = 0;
     }
     st->committed = *w;
+    keel__undo_end(st);
     return KEEL_OK;
 }
 
@@ -672,6 +677,8 @@ store_new(int fd, const char *path, int writer)
         return NULL;
     }
     pthread_mutex_init(&st->snap_lock, NULL);
+    pthread_mutex_init(&st->undo_lock, NULL);
+    st->undo_fd = -1;
     return st;
 }
 
@@ -694,8 +701,15 @@ keel__store_close(keel_store *st)
         keel__os->unmap(st->pages, KEEL_DATA_OFF);
     if (st->live)
         keel__os->unmap(st->live, KEEL_PAGE_SLOT);
-    for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++)
+    for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++) {
         keel__free(st->pend_bits[k]);
+        keel__free(st->saved_bits[k]);
+    }
+    /* An unflushed writer leaves its undo log for the next open. */
+    if (st->undo_fd >= 0)
+        keel__os->close(st->undo_fd);
+    keel__free(st->undo_saved);
+    pthread_mutex_destroy(&st->undo_lock);
     keel__free(st->pend_list);
     if (st->fd >= 0)
         keel__os->close(st->fd);
@@ -1044,6 +1058,8 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
     if ((rc = map_pages(st)) || (rc = map_committed(st, &st->work)))
         goto fail;
     if (st->work.pending_epoch && (rc = recover_intent(st)))
+        goto fail;
+    if ((rc = keel__undo_recover(st)))
         goto fail;
     st->committed = st->work;
     st->nslots = st->next_slot = st->work.count;

@@ -24,6 +24,7 @@ typedef struct keel_segment {
     uint64_t off, bytes;  /* place in the file */
     uint64_t slots;       /* capacity */
     uint64_t reserved;    /* writer: slots whose disk space is allocated */
+    uint8_t *huge_done;   /* vectors below this have had huge-page advice */
 } keel_segment;
 
 typedef struct keel_chunk {
@@ -77,6 +78,16 @@ typedef struct keel_store {
     uint32_t *pend_list;      /* slots deleted since the last flush */
     size_t pend_n, pend_cap;
     uint64_t file_len;        /* current length of the file */
+
+    /* Undo log (undo.c), guarded by undo_lock. */
+    pthread_mutex_t undo_lock;
+    int undo_fd;              /* -1 until the first save since a commit */
+    uint64_t undo_end;
+    uint64_t undo_identity;   /* hash of the commit the log undoes to */
+    double undo_synced_at;
+    uint64_t *saved_bits[KEEL_MAX_SEGMENTS]; /* nodes saved (atomic bits) */
+    uint32_t *undo_saved;     /* slots saved since the last commit */
+    size_t undo_saved_n, undo_saved_cap;
 
     /* Reader state, guarded by snap_lock. */
     pthread_mutex_t snap_lock;
@@ -230,6 +241,16 @@ void keel__store_note_id(keel_store *st, uint64_t id);
 int keel__store_delete(keel_store *st, uint64_t slot);
 size_t keel__store_pending_deletes(const keel_store *st);
 
+/* Undo log (undo.c). save: call before the first change to the lists of
+** a committed node since the last commit; KEEL_OK once its lists are in the
+** log. sync: make the log durable. end: drop it after a commit. recover:
+** writer open, after the intent recovery: restore saved lists. */
+int keel__undo_save(keel_store *st, uint64_t slot);
+int keel__undo_sync(keel_store *st);
+void keel__undo_end(keel_store *st);
+int keel__undo_recover(keel_store *st);
+uint64_t keel__undo_identity(const keel_header *h);
+
 /* Writer: commit everything since the last commit. */
 int keel__store_commit(keel_store *st);
 /* Writer: drop unflushed adds and deletes is not offered: close instead. */
@@ -241,7 +262,8 @@ int keel__store_set_superseded(keel_store *st, int on);
 void keel__store_stats(keel_store *st, keel_stats *out);
 int keel__store_check(keel_store *st);
 
-/* Byte ranges the index has written, for warm-up: calls fn for each. */
+/* Byte ranges the index has written, for warm-up, in the order a search
+** needs them: calls fn for each (address in this store's mappings). */
 typedef void (*keel_range_fn)(void *addr, size_t len, void *arg);
 void keel__store_written_ranges(const keel_store *st, const keel_view *v,
                                 keel_range_fn fn, void *arg);

@@ -1,31 +1,192 @@
-/* warm.c -- reading an index into memory in the background, and huge pages.
+/* warm.c -- reading an index into memory in the background (warm), and
+** huge pages for committed vector pages.
+**
+** warm: a thread gives the system read-ahead advice for exactly the byte
+** ranges the index has written (store.h keel__store_written_ranges), never
+** the unwritten tail of a segment or heap chunk, in steps of 8 MiB, checking
+** between steps whether to stop. It advises the index's own mappings, so the
+** pages end up mapped as well as cached: MADV_WILLNEED starts reading exactly
+** the step, then MADV_POPULATE_READ (Linux 5.14 and later) maps it, waiting
+** for the reads, and leaves the pages of a writable shared mapping clean;
+** older kernels answer the second with EINVAL and keep the first.
+**
+** Order: the heap (upper layers, which every search crosses first), then
+** each segment's level-0 records, vectors and slot headers, segment by
+** segment. Searches start at the top of the graph, so the pages they need
+** first arrive first.
+**
+** Lifetime rules:
+**   (1) Asking while a reading runs does nothing; asking after it finished
+**       reads what the index holds then.
+**   (2) The thread is stopped (waiting for at most one step) before any
+**       mapping it may use goes away: close, and compaction's swap. Readers
+**       never unmap before close (store.c invariant 9).
+**   (3) A child process after fork() has no thread: closing the handle there
+**       does not wait for one.
 */
 #include "api.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#define WARM_STEP (8u << 20)
+
+typedef struct warm_range {
+    uint8_t *addr;
+    size_t len;
+} warm_range;
+
+struct keel_warm {
+    pthread_t tid;
+    pid_t owner;              /* the process whose thread this is */
+    int stop;                 /* atomic */
+    int done;                 /* atomic: the thread finished */
+    keel_store *st;
+    warm_range *ranges;
+    size_t n, cap;
+    uint64_t advised;         /* bytes advised (tests, stats) */
+};
+
+static void
+add_range(void *addr, size_t len, void *arg)
+{
+    struct keel_warm *w = arg;
+    if (!addr || !len)
+        return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        warm_range *r = keel__realloc(w->ranges, cap * sizeof *r);
+        if (!r)
+            return; /* warm is advice: read less rather than fail */
+        w->ranges = r;
+        w->cap = cap;
+    }
+    w->ranges[w->n].addr = addr;
+    w->ranges[w->n++].len = len;
+}
+
+static void *
+warm_main(void *arg)
+{
+    struct keel_warm *w = arg;
+    size_t page = keel__page_size();
+    for (size_t i = 0; i < w->n; i++) {
+        uintptr_t a = (uintptr_t)w->ranges[i].addr;
+        uintptr_t end = a + w->ranges[i].len;
+        a &= ~(uintptr_t)(page - 1);
+        while (a < end) {
+            if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+                goto out;
+            size_t len = (size_t)KEEL_MIN((uintptr_t)WARM_STEP, end - a);
+            /* WILLNEED first: it reads exactly this range in large requests
+             * and sets no read-ahead marks, so the faults of POPULATE_READ
+             * that follow find the pages cached and read nothing past the
+             * written range (a fault's read-ahead would, up to read_ahead_kb
+             * beyond it). */
+            keel__os->advise((void *)a, len, KEEL_ADV_WILLNEED);
+            keel__os->advise((void *)a, len, KEEL_ADV_POPULATE_READ);
+            w->advised += len;
+            a += len;
+        }
+    }
+out:
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
 
 int
 keel__warm_start(keel_index *idx)
 {
-    KEEL_UNUSED(idx);
+    __atomic_fetch_or(&idx->flags, KEEL_WARM, __ATOMIC_RELAXED);
+    struct keel_warm *w = idx->warm;
+    if (w && w->owner == getpid() &&
+        !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE))
+        return KEEL_OK; /* rule (1) */
+    keel__warm_stop(idx);
+    w = keel__calloc(1, sizeof *w);
+    if (!w)
+        return KEEL_ENOMEM;
+    w->owner = getpid();
+    w->st = idx->st;
+    keel_view v;
+    int rc = keel__store_view(idx->st, &v);
+    if (rc) {
+        keel__free(w);
+        return rc;
+    }
+    keel__store_written_ranges(idx->st, &v, add_range, w);
+    if (pthread_create(&w->tid, NULL, warm_main, w) != 0) {
+        keel__free(w->ranges);
+        keel__free(w);
+        return KEEL_OK; /* advice only: a missing thread loses nothing */
+    }
+    idx->warm = w;
     return KEEL_OK;
 }
 
 void
 keel__warm_stop(keel_index *idx)
 {
-    KEEL_UNUSED(idx);
-}
-
-void
-keel__huge_pages_advise(keel_index *idx)
-{
-    KEEL_UNUSED(idx);
+    struct keel_warm *w = idx->warm;
+    if (!w)
+        return;
+    idx->warm = NULL;
+    if (w->owner == getpid()) { /* rule (3) */
+        __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(w->tid, NULL);
+    }
+    keel__free(w->ranges);
+    keel__free(w);
 }
 
 int
 keel_warm(keel_index *idx)
 {
+    keel__clear_error();
     if (!idx)
         return keel__fail(KEEL_EINVAL, "keel_warm was given a NULL index\n"
-                          "help: pass an open handle");
-    return keel__warm_start(idx);
+                          "help: pass the handle keel_open or "
+                          "keel_open_reader returned");
+    /* Exclusive: the handle's warm thread changes only under it (follow
+     * and compaction swap the store under it too). */
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    int rc = keel__warm_start(idx);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return rc;
+}
+
+/* --- huge pages ---------------------------------------------------------- */
+
+#define HUGE (2u << 20)
+
+/* Advises huge pages and random access for the 2 MiB pieces of each
+** segment's vector array that hold only committed vectors: pieces that are
+** never written again, so a huge page never has to be written back whole for
+** a small change. Graph records and slot headers never get the advice. */
+void
+keel__huge_pages_advise(keel_index *idx)
+{
+    keel_store *st = idx->st;
+    keel_view v;
+    if (keel__store_view(st, &v) != KEEL_OK)
+        return;
+    uint64_t committed = st->writer ? st->committed.count : v.count;
+    uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
+    for (uint32_t k = 0; k < nseg; k++) {
+        keel_segment *s = &st->seg[k];
+        uint64_t first = keel__seg_first_slot(&st->g, k);
+        if (first >= committed)
+            break;
+        uint64_t used = KEEL_MIN(committed - first, s->slots);
+        uintptr_t a = (uintptr_t)s->vecs, end = a + used * st->g.vec_bytes;
+        uintptr_t from = (a + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+        uintptr_t to = end & ~(uintptr_t)(HUGE - 1);
+        if (from < (uintptr_t)s->huge_done)
+            from = (uintptr_t)s->huge_done;
+        if (to <= from)
+            continue;
+        keel__os->advise((void *)from, to - from, KEEL_ADV_HUGEPAGE);
+        keel__os->advise((void *)from, to - from, KEEL_ADV_RANDOM);
+        s->huge_done = (uint8_t *)to;
+    }
 }

@@ -152,3 +152,24 @@ td_write_file(const char *path, const void *data, size_t len)
     size_t put = fwrite(data, 1, len, f);
     return fclose(f) == 0 && put == len ? 0 : -1;
 }
+
+void
+td_vec_of(uint64_t id, uint32_t dim, float *out)
+{
+    for (uint32_t c = 0; c < dim; c++) {
+        uint64_t z = id * 0x9E3779B97F4A7C15ull + c * 0xBF58476D1CE4E5B9ull + 1;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        out[c] = (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
+    }
+}
+
+double
+td_l2sq(const float *a, const float *b, uint32_t dim)
+{
+    double s = 0;
+    for (uint32_t c = 0; c < dim; c++)
+        s += ((double)a[c] - b[c]) * ((double)a[c] - b[c]);
+    return s;
+}

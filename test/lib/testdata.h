@@ -45,4 +45,11 @@ float *td_random(size_t n, uint32_t dim, uint64_t seed);
 unsigned char *td_read_file(const char *path, size_t *len);
 int td_write_file(const char *path, const void *data, size_t len);
 
+
+
+/* The vector a test gives id `id`: a fixed function of the id, so any
+** process can check a result's distance without sharing data. */
+void td_vec_of(uint64_t id, uint32_t dim, float *out);
+/* Squared Euclidean distance, in double. */
+double td_l2sq(const float *a, const float *b, uint32_t dim);
 #endif /* KEEL_TESTDATA_H */
