@@ -73,6 +73,7 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ)
 
 test: all $(TEST_BIN)
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
+	sh test/test_cli.sh $(BUILD)/keel
 
 asan:
 	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test

@@ -726,8 +726,7 @@ keel_count(keel_index *idx)
     if (idx->writer) {
         keel_store *st = idx->st;
         uint64_t slots = KEEL_LOAD_ACQUIRE(&st->nslots);
-        uint64_t dead = __atomic_load_n(&st->committed.deleted, __ATOMIC_RELAXED) +
-                        __atomic_load_n(&st->pend_n, __ATOMIC_RELAXED);
+        uint64_t dead = KEEL_LOAD_RELAXED(&st->pub_deleted);
         n = slots > dead ? slots - dead : 0;
     } else {
         keel_view v;

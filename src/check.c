@@ -26,8 +26,8 @@ keel__store_stats(keel_store *st, keel_stats *out)
     out->max_connections = st->g.M;
     if (st->writer) {
         out->slots = v.count;
-        out->deleted = h->deleted + st->pend_n;
-        out->next_id = st->work.next_id;
+        out->deleted = v.deleted;
+        out->next_id = v.next_id;
     } else {
         out->slots = h->count;
         out->deleted = h->deleted;

@@ -363,8 +363,10 @@ keel__store_next_id(const keel_store *st)
 void
 keel__store_note_id(keel_store *st, uint64_t id)
 {
-    if (id >= st->work.next_id)
+    if (id >= st->work.next_id) {
         st->work.next_id = id + 1;
+        KEEL_STORE_RELAXED(&st->pub_next_id, id + 1);
+    }
 }
 
 int
@@ -464,6 +466,7 @@ keel__store_delete(keel_store *st, uint64_t slot)
         st->pend_cap = cap;
     }
     st->pend_list[st->pend_n++] = (uint32_t)slot;
+    KEEL_STORE_RELAXED(&st->pub_deleted, st->committed.deleted + st->pend_n);
     __atomic_fetch_or(&bits[i >> 6], (uint64_t)1 << (i & 63), __ATOMIC_RELEASE);
     return KEEL_OK;
 }
@@ -565,6 +568,9 @@ keel__store_commit(keel_store *st)
         st->pend_n = 0;
     }
     st->committed = *w;
+    KEEL_STORE_RELAXED(&st->pub_sequence, w->sequence);
+    KEEL_STORE_RELAXED(&st->pub_deleted, w->deleted);
+    KEEL_STORE_RELAXED(&st->pub_next_id, w->next_id);
     keel__undo_end(st);
     return KEEL_OK;
 }
@@ -1062,6 +1068,9 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
     if ((rc = keel__undo_recover(st)))
         goto fail;
     st->committed = st->work;
+    st->pub_deleted = st->work.deleted;
+    st->pub_next_id = st->work.next_id;
+    st->pub_sequence = st->work.sequence;
     st->nslots = st->next_slot = st->work.count;
     st->epoch_now = st->work.epoch;
     st->entry_packed = (uint64_t)st->work.max_level << 32 | st->work.entry;
@@ -1262,9 +1271,9 @@ keel__store_view(keel_store *st, keel_view *v)
         keel__store_entry(st, &v->entry, &v->max_level);
         v->limit = v->count = KEEL_LOAD_ACQUIRE(&st->nslots);
         v->epoch = KEEL_LOAD_ACQUIRE(&st->epoch_now);
-        v->deleted = st->committed.deleted;
-        v->next_id = st->work.next_id;
-        v->sequence = st->committed.sequence;
+        v->deleted = KEEL_LOAD_RELAXED(&st->pub_deleted);
+        v->next_id = KEEL_LOAD_RELAXED(&st->pub_next_id);
+        v->sequence = KEEL_LOAD_RELAXED(&st->pub_sequence);
         uint32_t nt = KEEL_LOAD_ACQUIRE(&st->nidtabs);
         v->idtab = nt ? &st->idtabs[nt - 1] : NULL;
         return KEEL_OK;

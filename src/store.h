@@ -78,6 +78,11 @@ typedef struct keel_store {
     uint32_t *pend_list;      /* slots deleted since the last flush */
     size_t pend_n, pend_cap;
     uint64_t file_len;        /* current length of the file */
+    /* What a writer's searches and keel_count read while a write changes the
+     * fields above: copies kept with atomic stores. */
+    uint64_t pub_deleted;     /* committed deletes + pending deletes */
+    uint64_t pub_next_id;
+    uint64_t pub_sequence;
 
     /* Undo log (undo.c), guarded by undo_lock. */
     pthread_mutex_t undo_lock;

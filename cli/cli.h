@@ -1,0 +1,130 @@
+/* cli.h -- what the commands of the keel tool share: exit statuses, the
+** option parser, number parsing, messages, formatting, opening an index and
+** the progress bar.
+**
+** The tool uses only the public API (keel.h) and the vector file reader
+** (vecfile.h), so it drives the library exactly as any other program would.
+** The shared code lives in keel.c; each cmd_*.c holds one or a few commands.
+*/
+#ifndef KEEL_CLI_H
+#define KEEL_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "keel.h"
+
+/* Exit statuses, fixed by the product contract. */
+#define CLI_OK    0 /* success */
+#define CLI_FAIL  1 /* keel (or a file) refused: message and help line */
+#define CLI_USAGE 2 /* the command line was wrong */
+/* cli_parse saw --help and printed the command's help: exit 0. */
+#define CLI_HELP  (-1)
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* One option a command accepts: "--long" or "-x". cli_parse fills value with
+** the option's argument ("" for a flag that was given) or leaves it NULL. */
+typedef struct cli_opt {
+    const char *name;
+    int takes_value;
+    const char *value;
+} cli_opt;
+
+/* Parses argv[0..argc) (the words after the command name). Options may come
+** before or after positionals, as "--opt value", "--opt=value" or "-xVALUE";
+** "--" ends the options. Positionals are moved, in order, to the front of
+** argv and counted in *npos. Returns CLI_OK, CLI_USAGE (message printed) or
+** CLI_HELP (help printed). */
+int cli_parse(const char *cmd, int argc, char **argv, cli_opt *opts,
+              size_t nopts, int *npos);
+
+/* Checks the positional count: names[i] names positional i ("INDEX"); with
+** variadic set the last name may repeat. Prints a usage error if wrong. */
+int cli_want(const char *cmd, int npos, char **pos, const char *const *names,
+             int nnames, int variadic);
+
+/* Parses a decimal number in min..max with no sign, space or suffix; what
+** names it in messages ("-k", "id"). Prints a usage error if wrong. */
+int cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
+            uint64_t max, uint64_t *out);
+int cli_u32(const char *cmd, const char *what, const char *s, uint32_t min,
+            uint32_t max, uint32_t *out);
+
+/* A usage error: "keel CMD: <what>" then "help: <help>" (a pointer to the
+** command's help if help is NULL). Returns CLI_USAGE. */
+int cli_usage(const char *cmd, const char *help, const char *fmt, ...)
+    CLI_PRINTF(3, 4);
+
+/* A failure with our own message (what, then help). Returns CLI_FAIL. */
+int cli_fail(const char *help, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* Prints keel_errmsg() (or keel_strerror(rc) if keel left none) to stderr.
+** Returns CLI_FAIL. */
+int cli_keel_error(int rc);
+
+/* Prints a message that is already "what\nhelp: ..." (vecfile's). */
+int cli_fail_msg(const char *msg);
+
+/* Prints the help of one command (or the overview for NULL) to f. Returns
+** nonzero if there is no such command. */
+int cli_help(FILE *f, const char *cmd);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double cli_now(void);
+
+/* Formatting into the caller's buffer (returned): 1234567 -> "1,234,567";
+** bytes -> "221.4 MB" (powers of 1000). */
+const char *cli_commas(uint64_t v, char *buf, size_t len);
+const char *cli_bytes(uint64_t v, char *buf, size_t len);
+
+/* Writes s as a JSON string, quotes included. */
+void cli_json_string(FILE *f, const char *s);
+
+const char *cli_metric_name(keel_metric m);
+const char *cli_precision_name(keel_precision p);
+
+/* Opens an existing index as a reader; prints keel's message on failure. */
+int cli_open_reader(const char *path, const keel_options *opt,
+                    keel_index **out);
+
+/* Which of metric, precision and M the user named on the command line. */
+#define CLI_GIVEN_METRIC    1u
+#define CLI_GIVEN_PRECISION 2u
+#define CLI_GIVEN_M         4u
+
+/* Opens path as its writer. If the index exists, the fields of opt the user
+** did not name (given) are taken from the file: a non-NULL keel_options
+** makes keel insist on its metric and precision, and there is no "whatever
+** the file has" value for them. With create 0 a missing index is an error,
+** never a new file; with create set, dim gives a new index's dimensions. */
+int cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
+                    unsigned given, int create, keel_index **out);
+
+/* A progress bar on stderr, driven by keel_set_progress; does nothing unless
+** stderr is a terminal. */
+typedef struct cli_progress {
+    const char *label;
+    double start;
+    int width; /* characters drawn on the line now */
+} cli_progress;
+
+void cli_progress_begin(cli_progress *p, keel_index *idx, const char *label);
+void cli_progress_end(cli_progress *p, keel_index *idx);
+
+/* The commands. Each gets the words after its name and returns an exit
+** status. */
+int cmd_build(int argc, char **argv);
+int cmd_search(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_delete(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_compact(int argc, char **argv);
+
+#endif /* KEEL_CLI_H */

@@ -1,0 +1,271 @@
+/* cmd_index.c -- the small commands on one index: info, check, delete, get
+** and compact.
+**
+** info, check and get open a reader, which takes no lock and never writes,
+** so they are safe on an index another process is writing. delete and
+** compact need the writer.
+*/
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *const index_only[] = {"INDEX"};
+
+/* Closes idx; a failed close turns a success into a failure. */
+static int
+close_index(keel_index *idx, int rc)
+{
+    int krc = keel_close(idx);
+
+    if (krc != KEEL_OK && rc == CLI_OK)
+        return cli_keel_error(krc);
+    return rc;
+}
+
+/* --- info ---------------------------------------------------------------- */
+
+static void
+print_info_text(const char *path, const keel_stats *st)
+{
+    char a[32], b[32];
+
+    printf("%-16s %s\n", "path:", path);
+    printf("%-16s %u\n", "dimensions:", st->dim);
+    printf("%-16s %s\n", "metric:", cli_metric_name(st->metric));
+    printf("%-16s %s\n", "precision:", cli_precision_name(st->precision));
+    printf("%-16s %u\n", "M:", st->max_connections);
+    printf("%-16s %llu\n", "live vectors:", (unsigned long long)st->count);
+    printf("%-16s %llu\n", "deleted:", (unsigned long long)st->deleted);
+    printf("%-16s %llu\n", "slots:", (unsigned long long)st->slots);
+    printf("%-16s %llu\n", "next id:", (unsigned long long)st->next_id);
+    printf("%-16s %u\n", "max level:", st->max_level);
+    printf("%-16s %u\n", "segments:", st->segments);
+    printf("%-16s %u\n", "heap chunks:", st->heap_chunks);
+    printf("%-16s %llu (%s)\n", "file bytes:",
+           (unsigned long long)st->file_bytes,
+           cli_bytes(st->file_bytes, a, sizeof a));
+    printf("%-16s %llu (%s)\n", "allocated bytes:",
+           (unsigned long long)st->allocated_bytes,
+           cli_bytes(st->allocated_bytes, b, sizeof b));
+    printf("%-16s %llu\n", "snapshot:", (unsigned long long)st->snapshot);
+}
+
+/* Keys are keel_stats' field names, so scripts and C code agree. */
+static void
+print_info_json(const char *path, const keel_stats *st)
+{
+    fputs("{\"path\": ", stdout);
+    cli_json_string(stdout, path);
+    printf(", \"dim\": %u, \"metric\": \"%s\", \"precision\": \"%s\", "
+           "\"max_connections\": %u, \"count\": %llu, \"deleted\": %llu, "
+           "\"slots\": %llu, \"next_id\": %llu, \"max_level\": %u, "
+           "\"segments\": %u, \"heap_chunks\": %u, \"file_bytes\": %llu, "
+           "\"allocated_bytes\": %llu, \"snapshot\": %llu}\n",
+           st->dim, cli_metric_name(st->metric),
+           cli_precision_name(st->precision), st->max_connections,
+           (unsigned long long)st->count, (unsigned long long)st->deleted,
+           (unsigned long long)st->slots, (unsigned long long)st->next_id,
+           st->max_level, st->segments, st->heap_chunks,
+           (unsigned long long)st->file_bytes,
+           (unsigned long long)st->allocated_bytes,
+           (unsigned long long)st->snapshot);
+}
+
+int
+cmd_info(int argc, char **argv)
+{
+    cli_opt opts[] = {{"--json", 0, NULL}};
+    keel_index *idx = NULL;
+    keel_stats st;
+    int npos, rc;
+
+    rc = cli_parse("info", argc, argv, opts, 1, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("info", npos, argv, index_only, 1, 0);
+    if (rc == CLI_OK)
+        rc = cli_open_reader(argv[0], NULL, &idx);
+    if (rc != CLI_OK)
+        return rc;
+    int krc = keel_stat(idx, &st);
+    if (krc != KEEL_OK)
+        rc = cli_keel_error(krc);
+    else if (opts[0].value != NULL)
+        print_info_json(argv[0], &st);
+    else
+        print_info_text(argv[0], &st);
+    return close_index(idx, rc);
+}
+
+/* --- check --------------------------------------------------------------- */
+
+int
+cmd_check(int argc, char **argv)
+{
+    keel_index *idx = NULL;
+    keel_stats st;
+    char live[32], size[32];
+    int npos, rc;
+
+    rc = cli_parse("check", argc, argv, NULL, 0, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("check", npos, argv, index_only, 1, 0);
+    if (rc == CLI_OK)
+        rc = cli_open_reader(argv[0], NULL, &idx);
+    if (rc != CLI_OK)
+        return rc;
+    int krc = keel_check(idx);
+    if (krc == KEEL_OK)
+        krc = keel_stat(idx, &st);
+    if (krc != KEEL_OK)
+        return close_index(idx, cli_keel_error(krc));
+    printf("ok: %s: %s live vectors, %llu deleted, %u dimensions, %s, "
+           "snapshot %llu, %s\n",
+           argv[0], cli_commas(st.count, live, sizeof live),
+           (unsigned long long)st.deleted, st.dim, cli_metric_name(st.metric),
+           (unsigned long long)st.snapshot,
+           cli_bytes(st.file_bytes, size, sizeof size));
+    return close_index(idx, CLI_OK);
+}
+
+/* --- delete -------------------------------------------------------------- */
+
+/* The largest id: keel reserves UINT64_MAX. */
+#define MAX_ID (UINT64_MAX - 1)
+
+int
+cmd_delete(int argc, char **argv)
+{
+    static const char *const names[] = {"INDEX", "ID"};
+    keel_options opt;
+    keel_index *idx = NULL;
+    uint64_t *ids;
+    char n[32];
+    int npos, rc;
+
+    rc = cli_parse("delete", argc, argv, NULL, 0, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("delete", npos, argv, names, 2, 1);
+    if (rc != CLI_OK)
+        return rc;
+    size_t nids = (size_t)npos - 1;
+    /* Every id is checked before the index is opened: a typo in the last
+    ** one must not leave the first ones half done. */
+    ids = malloc(nids * sizeof *ids);
+    if (ids == NULL)
+        return cli_fail("delete fewer ids at a time",
+                        "out of memory for %zu ids", nids);
+    for (size_t i = 0; i < nids; i++) {
+        rc = cli_u64("delete", "id", argv[i + 1], 0, MAX_ID, &ids[i]);
+        if (rc != CLI_OK) {
+            free(ids);
+            return rc;
+        }
+    }
+
+    memset(&opt, 0, sizeof opt);
+    rc = cli_open_writer(argv[0], 0, &opt, 0, 0, &idx);
+    if (rc != CLI_OK) {
+        free(ids);
+        return rc;
+    }
+    /* On any failure the handle is closed without a flush, which drops the
+    ** deletes already made: all or nothing. */
+    int krc = KEEL_OK;
+    for (size_t i = 0; i < nids && krc == KEEL_OK; i++)
+        krc = keel_delete(idx, ids[i]);
+    if (krc == KEEL_OK)
+        krc = keel_flush(idx);
+    if (krc != KEEL_OK)
+        rc = cli_keel_error(krc);
+    else
+        printf("deleted %s %s from %s\n", cli_commas(nids, n, sizeof n),
+               nids == 1 ? "vector" : "vectors", argv[0]);
+    free(ids);
+    return close_index(idx, rc);
+}
+
+/* --- get ----------------------------------------------------------------- */
+
+int
+cmd_get(int argc, char **argv)
+{
+    static const char *const names[] = {"INDEX", "ID"};
+    keel_index *idx = NULL;
+    uint64_t id;
+    float *vec;
+    int npos, rc;
+
+    rc = cli_parse("get", argc, argv, NULL, 0, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("get", npos, argv, names, 2, 0);
+    if (rc == CLI_OK)
+        rc = cli_u64("get", "id", argv[1], 0, MAX_ID, &id);
+    if (rc == CLI_OK)
+        rc = cli_open_reader(argv[0], NULL, &idx);
+    if (rc != CLI_OK)
+        return rc;
+    uint32_t dim = keel_dim(idx);
+    vec = malloc((dim ? dim : 1) * sizeof *vec);
+    if (vec == NULL)
+        return close_index(idx, cli_fail("free some memory and try again",
+                                         "out of memory for %u floats", dim));
+    int krc = keel_get(idx, id, vec);
+    if (krc != KEEL_OK) {
+        rc = cli_keel_error(krc);
+    } else {
+        for (uint32_t i = 0; i < dim; i++)
+            printf("%s%.9g", i ? " " : "", (double)vec[i]);
+        putchar('\n');
+    }
+    free(vec);
+    return close_index(idx, rc);
+}
+
+/* --- compact ------------------------------------------------------------- */
+
+int
+cmd_compact(int argc, char **argv)
+{
+    keel_options opt;
+    keel_index *idx = NULL;
+    keel_stats before, after;
+    cli_progress bar;
+    char a[32], b[32], c[32];
+    int npos, rc, krc;
+
+    rc = cli_parse("compact", argc, argv, NULL, 0, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("compact", npos, argv, index_only, 1, 0);
+    if (rc != CLI_OK)
+        return rc;
+    memset(&opt, 0, sizeof opt);
+    rc = cli_open_writer(argv[0], 0, &opt, 0, 0, &idx);
+    if (rc != CLI_OK)
+        return rc;
+    krc = keel_stat(idx, &before);
+    if (krc == KEEL_OK) {
+        double start = cli_now();
+        cli_progress_begin(&bar, idx, "compacting");
+        krc = keel_compact(idx);
+        cli_progress_end(&bar, idx);
+        if (krc == KEEL_OK)
+            krc = keel_stat(idx, &after);
+        if (krc == KEEL_OK)
+            printf("compacted %s in %.2f s: %s -> %s, %s live vectors, "
+                   "%llu deleted removed\n",
+                   argv[0], cli_now() - start,
+                   cli_bytes(before.file_bytes, a, sizeof a),
+                   cli_bytes(after.file_bytes, b, sizeof b),
+                   cli_commas(after.count, c, sizeof c),
+                   (unsigned long long)(before.deleted > after.deleted
+                                            ? before.deleted - after.deleted
+                                            : 0));
+    }
+    if (krc != KEEL_OK)
+        rc = cli_keel_error(krc);
+    return close_index(idx, rc);
+}

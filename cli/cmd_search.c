@@ -1,0 +1,447 @@
+/* cmd_search.c -- keel search: run a file of queries, report throughput,
+** latency and recall.
+**
+** Each query is one keel_search call timed on its own, so the latencies are
+** what an application calling keel once per request would see. With
+** --threads N the queries are handed out one at a time from a shared
+** counter, which keeps threads busy however uneven the queries are.
+*/
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "vecfile.h"
+
+/* Positions in cmd_search's option table. */
+enum {
+    O_K,
+    O_EF,
+    O_READER,
+    O_WARM,
+    O_THREADS,
+    O_ALLOWED,
+    O_TRUTH,
+    O_OUT,
+    O_JSON,
+    O_COUNT
+};
+
+#define MAX_K 1000000u
+
+/* What the search threads share. */
+struct job {
+    keel_index *idx;
+    const float *queries;
+    uint32_t dim;
+    size_t nq, k;
+    const keel_search_params *params;
+    keel_result *results; /* nq * k */
+    size_t *found;        /* nq */
+    double *latency_ms;   /* nq */
+    atomic_size_t next;
+    atomic_int failed;
+    int rc;         /* the first failure, written by the thread that won */
+    char msg[1024]; /* its keel_errmsg(), which is thread-local */
+};
+
+static void *
+run_queries(void *arg)
+{
+    struct job *job = arg;
+
+    while (!atomic_load_explicit(&job->failed, memory_order_relaxed)) {
+        size_t i = atomic_fetch_add(&job->next, 1);
+        if (i >= job->nq)
+            break;
+        double t0 = cli_now();
+        int rc = keel_search(job->idx, job->queries + i * job->dim, job->k,
+                             job->params, job->results + i * job->k,
+                             &job->found[i]);
+        double t1 = cli_now();
+        if (rc != KEEL_OK) {
+            if (atomic_exchange(&job->failed, 1) == 0) {
+                job->rc = rc;
+                snprintf(job->msg, sizeof job->msg, "%s", keel_errmsg());
+            }
+            break;
+        }
+        job->latency_ms[i] = (t1 - t0) * 1e3;
+    }
+    return NULL;
+}
+
+/* Runs every query on nthreads threads (the caller's thread among them).
+** Returns CLI_OK or prints the failure. */
+static int
+run_all(struct job *job, unsigned nthreads)
+{
+    pthread_t *tids = NULL;
+    unsigned started = 0;
+    int rc = CLI_OK;
+
+    if (nthreads > 1) {
+        tids = calloc(nthreads - 1, sizeof *tids);
+        if (tids == NULL)
+            return cli_fail("search with fewer --threads",
+                            "out of memory for %u threads", nthreads);
+        for (; started < nthreads - 1; started++) {
+            int e = pthread_create(&tids[started], NULL, run_queries, job);
+            if (e != 0) {
+                rc = cli_fail("search with fewer --threads",
+                              "cannot start search thread %u of %u: %s",
+                              started + 2, nthreads, strerror(e));
+                atomic_store(&job->failed, 1);
+                break;
+            }
+        }
+    }
+    if (rc == CLI_OK)
+        run_queries(job);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    free(tids);
+    if (rc == CLI_OK && job->rc != KEEL_OK)
+        rc = job->msg[0] ? cli_fail_msg(job->msg) : cli_keel_error(job->rc);
+    return rc;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The nearest-rank percentile of sorted values. */
+static double
+percentile(const double *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    size_t rank = (size_t)(p * (double)n + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    if (rank > n)
+        rank = n;
+    return sorted[rank - 1];
+}
+
+/* The fraction of truth row i's first k ids found among query i's results,
+** over all queries. */
+static double
+recall(const struct job *job, const int32_t *truth, uint32_t width)
+{
+    uint64_t hits = 0;
+
+    for (size_t i = 0; i < job->nq; i++) {
+        const int32_t *row = truth + i * width;
+        const keel_result *res = job->results + i * job->k;
+        for (size_t r = 0; r < job->found[i]; r++)
+            for (size_t t = 0; t < job->k; t++)
+                if (row[t] >= 0 && (uint64_t)row[t] == res[r].id) {
+                    hits++;
+                    break;
+                }
+    }
+    return job->nq ? (double)hits / ((double)job->nq * (double)job->k) : 0;
+}
+
+static int
+write_tsv(FILE *f, const char *name, const struct job *job)
+{
+    for (size_t i = 0; i < job->nq; i++) {
+        const keel_result *res = job->results + i * job->k;
+        for (size_t r = 0; r < job->found[i]; r++)
+            fprintf(f, "%zu\t%zu\t%llu\t%.9g\n", i, r,
+                    (unsigned long long)res[r].id, (double)res[r].distance);
+    }
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (f != stdout && fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad)
+        return cli_fail("check free space and permissions where --out points",
+                        "cannot write --out %s: %s", name, strerror(e));
+    return CLI_OK;
+}
+
+struct summary {
+    size_t queries, k;
+    uint32_t ef;
+    double qps, p50, p99, recall, seconds;
+    int has_recall;
+};
+
+static void
+print_summary(FILE *f, const struct summary *s, int json)
+{
+    if (json) {
+        fprintf(f,
+                "{\"queries\": %zu, \"k\": %zu, \"ef\": %u, \"qps\": %.1f, "
+                "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"recall\": ",
+                s->queries, s->k, s->ef, s->qps, s->p50, s->p99);
+        if (s->has_recall)
+            fprintf(f, "%.4f", s->recall);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"seconds\": %.3f}\n", s->seconds);
+        return;
+    }
+    char q[32], label[32];
+    snprintf(label, sizeof label, "recall@%zu:", s->k);
+    fprintf(f, "%-11s %s\n", "queries:", cli_commas(s->queries, q, sizeof q));
+    fprintf(f, "%-11s %zu\n", "k:", s->k);
+    fprintf(f, "%-11s %u\n", "ef:", s->ef);
+    fprintf(f, "%-11s %.1f\n", "QPS:", s->qps);
+    fprintf(f, "%-11s %.3f ms\n", "p50:", s->p50);
+    fprintf(f, "%-11s %.3f ms\n", "p99:", s->p99);
+    if (s->has_recall)
+        fprintf(f, "%-11s %.4f\n", label, s->recall);
+    fprintf(f, "%-11s %.3f\n", "seconds:", s->seconds);
+}
+
+/* Everything cmd_search allocates, freed in one place. */
+struct inputs {
+    vecfile queries;
+    int32_t *truth;
+    size_t n_truth;
+    uint32_t truth_width;
+    uint64_t *allowed;
+    size_t n_allowed;
+};
+
+static void
+free_inputs(struct inputs *in)
+{
+    vecfile_free(&in->queries);
+    free(in->truth);
+    free(in->allowed);
+}
+
+static int
+load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
+{
+    char err[1024];
+
+    if (vecfile_load(qpath, &in->queries, err, sizeof err) != VECFILE_OK)
+        return cli_fail_msg(err);
+    if (opts[O_ALLOWED].value != NULL &&
+        vecfile_load_ids(opts[O_ALLOWED].value, &in->allowed, &in->n_allowed,
+                         err, sizeof err) != VECFILE_OK)
+        return cli_fail_msg(err);
+    if (opts[O_TRUTH].value == NULL)
+        return CLI_OK;
+    const char *tpath = opts[O_TRUTH].value;
+    if (vecfile_load_ivecs(tpath, &in->truth, &in->n_truth, &in->truth_width,
+                           err, sizeof err) != VECFILE_OK)
+        return cli_fail_msg(err);
+    if (in->n_truth != in->queries.n) {
+        char a[32], b[32];
+        return cli_usage("search",
+                         "give --truth the ground truth of these queries, one "
+                         "row per query",
+                         "--truth %s has %s rows but %s holds %s queries",
+                         tpath, cli_commas(in->n_truth, a, sizeof a), qpath,
+                         cli_commas(in->queries.n, b, sizeof b));
+    }
+    if (in->truth_width < k)
+        return cli_usage("search",
+                         "give -k at most the truth's width, or a wider "
+                         "truth file",
+                         "--truth %s holds %u ids per query, fewer than "
+                         "-k %zu",
+                         tpath, in->truth_width, k);
+    return CLI_OK;
+}
+
+static int
+open_index(const char *path, cli_opt *opts, keel_index **idx)
+{
+    keel_options opt;
+    int rc;
+
+    memset(&opt, 0, sizeof opt);
+    if (opts[O_WARM].value != NULL)
+        opt.flags |= KEEL_WARM;
+    if (opts[O_READER].value != NULL)
+        rc = cli_open_reader(path, &opt, idx);
+    else
+        rc = cli_open_writer(path, 0, &opt, 0, 0, idx);
+    if (rc == CLI_OK && opts[O_WARM].value != NULL) {
+        int krc = keel_warm(*idx);
+        if (krc != KEEL_OK)
+            rc = cli_keel_error(krc);
+    }
+    return rc;
+}
+
+int
+cmd_search(int argc, char **argv)
+{
+    static const char *const names[] = {"INDEX", "QUERIES"};
+    static const uint64_t nothing[1] = {0};
+    cli_opt opts[O_COUNT] = {
+        [O_K] = {"-k", 1, NULL},
+        [O_EF] = {"--ef", 1, NULL},
+        [O_READER] = {"--reader", 0, NULL},
+        [O_WARM] = {"--warm", 0, NULL},
+        [O_THREADS] = {"--threads", 1, NULL},
+        [O_ALLOWED] = {"--allowed", 1, NULL},
+        [O_TRUTH] = {"--truth", 1, NULL},
+        [O_OUT] = {"--out", 1, NULL},
+        [O_JSON] = {"--json", 0, NULL},
+    };
+    struct inputs in;
+    struct job job;
+    struct summary sum;
+    keel_search_params params;
+    keel_index *idx = NULL;
+    FILE *out = NULL;
+    uint64_t k = 0;
+    uint32_t ef = 0, nthreads = 1;
+    double start, seconds;
+    int npos, rc;
+
+    memset(&in, 0, sizeof in);
+    memset(&job, 0, sizeof job);
+    memset(&sum, 0, sizeof sum);
+    memset(&params, 0, sizeof params);
+    rc = cli_parse("search", argc, argv, opts, O_COUNT, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("search", npos, argv, names, 2, 0);
+    if (rc == CLI_OK && opts[O_K].value == NULL)
+        rc = cli_usage("search", "give the number of neighbours, e.g. -k 10",
+                       "missing -k");
+    if (rc == CLI_OK)
+        rc = cli_u64("search", "-k", opts[O_K].value, 1, MAX_K, &k);
+    if (rc == CLI_OK && opts[O_EF].value != NULL)
+        rc = cli_u32("search", "--ef", opts[O_EF].value, 1, UINT32_MAX, &ef);
+    if (rc == CLI_OK && opts[O_THREADS].value != NULL)
+        rc = cli_u32("search", "--threads", opts[O_THREADS].value, 0, 65536,
+                     &nthreads);
+    if (rc != CLI_OK)
+        return rc;
+    const char *path = argv[0], *qpath = argv[1];
+    const char *out_path = opts[O_OUT].value;
+    int json = opts[O_JSON].value != NULL;
+
+    rc = load_inputs(qpath, opts, (size_t)k, &in);
+    if (rc != CLI_OK)
+        goto done;
+
+    /* Create --out before searching, so a bad path fails in a moment, not
+    ** after the whole run. */
+    if (out_path != NULL) {
+        out = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
+        if (out == NULL) {
+            rc = cli_fail("give --out a path in a directory you can write",
+                          "cannot create --out %s: %s", out_path,
+                          strerror(errno));
+            goto done;
+        }
+    }
+
+    rc = open_index(path, opts, &idx);
+    if (rc != CLI_OK)
+        goto done;
+    /* keel_search takes a bare pointer, so only we can catch queries of
+    ** another length before keel reads past them. */
+    if (in.queries.n > 0 && in.queries.dim != keel_dim(idx)) {
+        rc = cli_fail("give queries of the index's dimensions ('keel info' "
+                      "shows them)",
+                      "%s has %u-dimensional queries but index %s has %u "
+                      "dimensions",
+                      qpath, in.queries.dim, path, keel_dim(idx));
+        goto done;
+    }
+
+    params.ef = ef;
+    if (opts[O_ALLOWED].value != NULL) {
+        /* An empty allow-list must match nothing, and only a non-NULL
+        ** pointer says so. */
+        params.allowed = in.allowed ? in.allowed : nothing;
+        params.n_allowed = in.n_allowed;
+    }
+
+    if (nthreads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = cores > 0 ? (uint32_t)cores : 1;
+    }
+    if (nthreads > in.queries.n)
+        nthreads = in.queries.n > 0 ? (uint32_t)in.queries.n : 1;
+
+    job.idx = idx;
+    job.queries = in.queries.data;
+    job.dim = in.queries.dim;
+    job.nq = in.queries.n;
+    job.k = (size_t)k;
+    job.params = &params;
+    if (job.nq > SIZE_MAX / sizeof(keel_result) / job.k) {
+        rc = cli_fail("search fewer queries or a smaller -k",
+                      "%zu queries of -k %zu need more memory than exists",
+                      job.nq, job.k);
+        goto done;
+    }
+    job.results = malloc(job.nq * job.k * sizeof *job.results + 1);
+    job.found = calloc(job.nq + 1, sizeof *job.found);
+    job.latency_ms = calloc(job.nq + 1, sizeof *job.latency_ms);
+    if (job.results == NULL || job.found == NULL || job.latency_ms == NULL) {
+        rc = cli_fail("search fewer queries or a smaller -k",
+                      "out of memory for the results of %zu queries, -k %zu",
+                      job.nq, job.k);
+        goto done;
+    }
+
+    start = cli_now();
+    rc = run_all(&job, nthreads);
+    seconds = cli_now() - start;
+    if (rc != CLI_OK)
+        goto done;
+
+    if (out != NULL) {
+        rc = write_tsv(out, out_path, &job);
+        if (out != stdout)
+            out = NULL; /* write_tsv closed it */
+        if (rc != CLI_OK)
+            goto done;
+    }
+
+    sum.queries = job.nq;
+    sum.k = job.k;
+    sum.ef = ef ? ef : 64; /* keel.h: ef_search 0 = 64 */
+    sum.seconds = seconds;
+    sum.qps = seconds > 0 ? (double)job.nq / seconds : 0;
+    qsort(job.latency_ms, job.nq, sizeof *job.latency_ms, cmp_double);
+    sum.p50 = percentile(job.latency_ms, job.nq, 0.50);
+    sum.p99 = percentile(job.latency_ms, job.nq, 0.99);
+    if (in.truth != NULL || opts[O_TRUTH].value != NULL) {
+        sum.has_recall = 1;
+        sum.recall = recall(&job, in.truth, in.truth_width);
+    }
+    /* With --out - the results own stdout; the summary moves aside. */
+    print_summary(out == stdout ? stderr : stdout, &sum, json);
+
+done:
+    if (out != NULL && out != stdout)
+        fclose(out);
+    if (idx != NULL) {
+        int crc = keel_close(idx);
+        if (crc != KEEL_OK && rc == CLI_OK)
+            rc = cli_keel_error(crc);
+    }
+    free(job.results);
+    free(job.found);
+    free(job.latency_ms);
+    free_inputs(&in);
+    return rc;
+}

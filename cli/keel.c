@@ -1,0 +1,600 @@
+/* keel.c -- the keel command-line tool: main, help, and what every command
+** shares (option parsing, numbers, messages, formatting, opening an index,
+** the progress bar).
+**
+** The contract (commands, options, output, exit statuses 0/1/2) is fixed in
+** the product brief, section 5, and documented in doc/keel.1. Every message
+** follows the library's style: the first line says what was wrong with which
+** value, a second line starting "help: " says what to do instead.
+*/
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary; /* the overview's line */
+    const char *help;    /* keel help NAME */
+};
+
+static const struct command commands[] = {
+    {"build", cmd_build, "create or extend an index from a file of vectors",
+     "usage: keel build INDEX VECTORS [options]\n"
+     "\n"
+     "Creates INDEX if it is missing (else appends to it), adds every vector\n"
+     "of VECTORS in one all-or-nothing batch, and flushes. VECTORS is a\n"
+     ".fvecs, .bvecs or .npy file (2-D float32, float16 or uint8), or - for\n"
+     ".fvecs on standard input. Without --ids a new index numbers the\n"
+     "vectors 0, 1, 2, ... in file order.\n"
+     "\n"
+     "options:\n"
+     "  --ids FILE             one id per vector: a text file with one\n"
+     "                         decimal id per line, or a .npy of uint64\n"
+     "  --metric l2|cosine|ip  distance of a new index (default l2)\n"
+     "  --precision f32|f16    storage of a new index (default f32)\n"
+     "  -M N                   links per node of a new index, 2..32767\n"
+     "                         (default 16)\n"
+     "  --ef-construction N    search width while linking (default 200)\n"
+     "  --threads N            linking threads (default 0: every core)\n"},
+    {"search", cmd_search, "run queries, report speed and recall",
+     "usage: keel search INDEX QUERIES -k K [options]\n"
+     "\n"
+     "Searches the K nearest neighbours of every query in QUERIES (same\n"
+     "formats as build) and prints the number of queries, queries per second,\n"
+     "latency p50/p99 in milliseconds, and recall@K with --truth.\n"
+     "\n"
+     "options:\n"
+     "  -k K                   neighbours per query, 1..1000000 (required)\n"
+     "  --ef N                 search width (default: the index's, 64)\n"
+     "  --reader               open as a reader instead of the writer\n"
+     "  --warm                 read the index into memory in the background\n"
+     "  --threads N            search on N threads (default 1; 0: every core)\n"
+     "  --allowed FILE         search only these ids (same format as --ids)\n"
+     "  --truth GT.ivecs       exact neighbours (0-based rows of the base\n"
+     "                         file, which are the ids 'keel build' gives)\n"
+     "  --out FILE.tsv         write query, rank, id, distance per result\n"
+     "                         (- for standard output)\n"
+     "  --json                 print the summary as one JSON object\n"},
+    {"info", cmd_info, "print an index's facts",
+     "usage: keel info INDEX [--json]\n"
+     "\n"
+     "Prints dimensions, metric, precision, M, counts, file sizes and the\n"
+     "snapshot in use, as aligned \"key: value\" lines or one JSON object.\n"
+     "Opens the index read-only.\n"},
+    {"check", cmd_check, "verify an index's integrity",
+     "usage: keel check INDEX\n"
+     "\n"
+     "Verifies every structure of the index's last commit. Prints \"ok: ...\"\n"
+     "and exits 0, or prints the first problem and exits 1. Read-only.\n"},
+    {"delete", cmd_delete, "delete vectors by id",
+     "usage: keel delete INDEX ID...\n"
+     "\n"
+     "Deletes every ID, then flushes once. If any ID fails (no live vector\n"
+     "has it) nothing is deleted and the exit status is 1.\n"},
+    {"get", cmd_get, "print one stored vector",
+     "usage: keel get INDEX ID\n"
+     "\n"
+     "Prints the stored vector of ID on one line, space-separated. Cosine\n"
+     "indexes store vectors normalized; f16 indexes print the rounded\n"
+     "values.\n"},
+    {"compact", cmd_compact, "rewrite an index without its deleted vectors",
+     "usage: keel compact INDEX\n"
+     "\n"
+     "Rewrites the live vectors into a new file with a new graph and swaps it\n"
+     "in atomically; prints the file size before and after.\n"},
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct command *
+find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+int
+cli_help(FILE *f, const char *cmd)
+{
+    if (cmd == NULL) {
+        fputs("usage: keel COMMAND [ARGS...]\n"
+              "\n"
+              "keel keeps vectors, their ids and an HNSW graph in one file.\n"
+              "\n"
+              "commands:\n",
+              f);
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            fprintf(f, "  %-8s  %s\n", commands[i].name, commands[i].summary);
+        fputs("\n"
+              "Run 'keel help COMMAND' (or 'keel COMMAND --help') for a\n"
+              "command's options; 'man keel' for the details. Exit status: 0\n"
+              "on success, 1 when keel or a file refused, 2 on a usage "
+              "error.\n",
+              f);
+        return 0;
+    }
+    const struct command *c = find_command(cmd);
+    if (c == NULL)
+        return 1;
+    fputs(c->help, f);
+    return 0;
+}
+
+/* --- messages ------------------------------------------------------------ */
+
+int
+cli_usage(const char *cmd, const char *help, const char *fmt, ...)
+{
+    va_list ap;
+
+    fflush(stdout);
+    fprintf(stderr, "keel%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (help != NULL)
+        fprintf(stderr, "\nhelp: %s\n", help);
+    else if (cmd != NULL)
+        fprintf(stderr, "\nhelp: run 'keel help %s' for its usage\n", cmd);
+    else
+        fputs("\nhelp: run 'keel --help' for the commands\n", stderr);
+    return CLI_USAGE;
+}
+
+int
+cli_fail(const char *help, const char *fmt, ...)
+{
+    va_list ap;
+
+    fflush(stdout);
+    fputs("keel: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nhelp: %s\n", help);
+    return CLI_FAIL;
+}
+
+int
+cli_fail_msg(const char *msg)
+{
+    size_t n = strlen(msg);
+
+    fflush(stdout);
+    fprintf(stderr, "keel: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
+    return CLI_FAIL;
+}
+
+int
+cli_keel_error(int rc)
+{
+    const char *msg = keel_errmsg();
+
+    if (msg == NULL || *msg == '\0')
+        return cli_fail("this is a bug in keel: it failed without a message; "
+                        "please report it",
+                        "%s (code %d)", keel_strerror(rc), rc);
+    return cli_fail_msg(msg);
+}
+
+/* --- parsing ------------------------------------------------------------- */
+
+static cli_opt *
+find_opt(cli_opt *opts, size_t nopts, const char *name, size_t len)
+{
+    for (size_t i = 0; i < nopts; i++)
+        if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+int
+cli_parse(const char *cmd, int argc, char **argv, cli_opt *opts,
+          size_t nopts, int *npos)
+{
+    int n = 0, only_positionals = 0;
+
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+
+        /* "-" is stdin and "-1" a (bad) number: both are positionals, so
+        ** that the number parser can say what is wrong with them. */
+        if (only_positionals || a[0] != '-' || a[1] == '\0' ||
+            isdigit((unsigned char)a[1])) {
+            argv[n++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_positionals = 1;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli_help(stdout, cmd);
+            return CLI_HELP;
+        }
+
+        const char *inline_val = NULL;
+        size_t len;
+        if (a[1] == '-') {
+            const char *eq = strchr(a, '=');
+            len = eq ? (size_t)(eq - a) : strlen(a);
+            if (eq)
+                inline_val = eq + 1;
+        } else {
+            len = 2; /* -x, -xVALUE or -x=VALUE */
+            if (a[2] != '\0')
+                inline_val = a + 2 + (a[2] == '=');
+        }
+        cli_opt *o = find_opt(opts, nopts, a, len);
+        if (o == NULL)
+            return cli_usage(cmd, NULL, "unknown option '%.*s'", (int)len, a);
+        if (!o->takes_value) {
+            if (inline_val != NULL)
+                return cli_usage(cmd, NULL,
+                                 "option %s takes no value, got '%s'",
+                                 o->name, inline_val);
+            o->value = "";
+        } else if (inline_val != NULL) {
+            o->value = inline_val;
+        } else if (i + 1 < argc) {
+            o->value = argv[++i];
+        } else {
+            return cli_usage(cmd, NULL, "option %s needs a value", o->name);
+        }
+    }
+    *npos = n;
+    return CLI_OK;
+}
+
+int
+cli_want(const char *cmd, int npos, char **pos, const char *const *names,
+         int nnames, int variadic)
+{
+    if (npos < nnames)
+        return cli_usage(cmd, NULL, "missing %s", names[npos]);
+    if (npos > nnames && !variadic)
+        return cli_usage(cmd, NULL, "unexpected argument '%s'", pos[nnames]);
+    return CLI_OK;
+}
+
+int
+cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
+        uint64_t max, uint64_t *out)
+{
+    char help[160];
+    uint64_t v = 0;
+    const char *p;
+
+    snprintf(help, sizeof help,
+             "give %s as a whole number from %llu to %llu, in decimal digits",
+             what, (unsigned long long)min, (unsigned long long)max);
+    if (*s == '\0')
+        return cli_usage(cmd, help, "%s is empty", what);
+    if (*s == '-' && s[1] != '\0')
+        return cli_usage(cmd, help, "%s '%s' is negative", what, s);
+    for (p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return cli_usage(cmd, help, "%s '%s' is not a whole number",
+                             what, s);
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return cli_usage(cmd, help, "%s '%s' is too large", what, s);
+        v = v * 10 + d;
+    }
+    if (v < min || v > max)
+        return cli_usage(cmd, help, "%s '%s' is out of range %llu..%llu", what,
+                         s, (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return CLI_OK;
+}
+
+int
+cli_u32(const char *cmd, const char *what, const char *s, uint32_t min,
+        uint32_t max, uint32_t *out)
+{
+    uint64_t v;
+    int rc = cli_u64(cmd, what, s, min, max, &v);
+
+    if (rc == CLI_OK)
+        *out = (uint32_t)v;
+    return rc;
+}
+
+/* --- formatting ---------------------------------------------------------- */
+
+double
+cli_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *
+cli_commas(uint64_t v, char *buf, size_t len)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    size_t o = 0;
+
+    for (int i = 0; i < n && o + 1 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0 && o + 2 < len)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+const char *
+cli_bytes(uint64_t v, char *buf, size_t len)
+{
+    static const char *const units[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
+    double x = (double)v;
+    int u = -1;
+
+    if (v < 1000) {
+        snprintf(buf, len, "%llu B", (unsigned long long)v);
+        return buf;
+    }
+    /* Round before choosing the unit, so 999,999 bytes reads "1.0 MB". */
+    while (u < 5 && x >= 999.95) {
+        x /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, "%.1f %s", x, units[u]);
+    return buf;
+}
+
+void
+cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+const char *
+cli_metric_name(keel_metric m)
+{
+    switch (m) {
+    case KEEL_L2:
+        return "l2";
+    case KEEL_COSINE:
+        return "cosine";
+    case KEEL_IP:
+        return "ip";
+    }
+    return "unknown";
+}
+
+const char *
+cli_precision_name(keel_precision p)
+{
+    switch (p) {
+    case KEEL_F32:
+        return "f32";
+    case KEEL_F16:
+        return "f16";
+    }
+    return "unknown";
+}
+
+/* --- opening ------------------------------------------------------------- */
+
+int
+cli_open_reader(const char *path, const keel_options *opt, keel_index **out)
+{
+    int rc = keel_open_reader(path, opt, out);
+
+    return rc == KEEL_OK ? CLI_OK : cli_keel_error(rc);
+}
+
+int
+cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
+                unsigned given, int create, keel_index **out)
+{
+    keel_index *probe = NULL;
+    keel_stats st;
+    int rc;
+
+    /* A reader looks first. It tells us the file's fixed options, and since
+    ** it never writes, a path that holds something else (a text file, a
+    ** typo) is refused before a writer could touch it. */
+    rc = keel_open_reader(path, NULL, &probe);
+    if (rc == KEEL_OK) {
+        rc = keel_stat(probe, &st);
+        if (rc != KEEL_OK) {
+            int status = cli_keel_error(rc);
+            keel_close(probe);
+            return status;
+        }
+        keel_close(probe);
+        if (!(given & CLI_GIVEN_METRIC))
+            opt->metric = st.metric;
+        if (!(given & CLI_GIVEN_PRECISION))
+            opt->precision = st.precision;
+        if (!(given & CLI_GIVEN_M))
+            opt->max_connections = st.max_connections;
+        if (!create)
+            dim = 0;
+    } else if (!(create && (rc == KEEL_ENOTFOUND || rc == KEEL_ENOTINDEX))) {
+        return cli_keel_error(rc);
+    }
+    /* With create, a file that is not an index goes on to the writer too:
+    ** one whose creation was cut short is only finished by a writer, and
+    ** keel leaves any other file byte-identical when it refuses it. */
+    rc = keel_open(path, dim, opt, out);
+    return rc == KEEL_OK ? CLI_OK : cli_keel_error(rc);
+}
+
+/* --- progress ------------------------------------------------------------ */
+
+static void
+format_duration(double s, char *buf, size_t len)
+{
+    unsigned long t = s < 0 ? 0 : (unsigned long)(s + 0.5);
+
+    if (t >= 3600)
+        snprintf(buf, len, "%lu:%02lu:%02lu", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%lu:%02lu", t / 60, t % 60);
+}
+
+static void
+progress_draw(uint64_t done, uint64_t total, void *arg)
+{
+    enum { BAR = 24 };
+    cli_progress *p = arg;
+    double elapsed = cli_now() - p->start;
+    double frac = total ? (double)done / (double)total : 1.0;
+    double rate = elapsed > 0 ? (double)done / elapsed : 0;
+    char bar[BAR + 1], d[32], t[32], r[32], eta[32], line[256];
+    int filled = (int)(frac * BAR), n;
+
+    if (frac > 1.0)
+        frac = 1.0, filled = BAR;
+    for (int i = 0; i < BAR; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[BAR] = '\0';
+    if (rate > 0 && done <= total)
+        format_duration((double)(total - done) / rate, eta, sizeof eta);
+    else
+        snprintf(eta, sizeof eta, "-:--");
+    n = snprintf(line, sizeof line, "%s [%s] %s/%s %5.1f%% %s/s ETA %s",
+                 p->label, bar, cli_commas(done, d, sizeof d),
+                 cli_commas(total, t, sizeof t), 100.0 * frac,
+                 cli_commas((uint64_t)rate, r, sizeof r), eta);
+    if (n < 0)
+        return;
+    if (n >= (int)sizeof line)
+        n = (int)sizeof line - 1;
+    /* Pad over a longer previous line instead of relying on terminal escape
+    ** sequences. */
+    fprintf(stderr, "\r%s%*s", line, p->width > n ? p->width - n : 0, "");
+    fflush(stderr);
+    if (n > p->width)
+        p->width = n;
+}
+
+void
+cli_progress_begin(cli_progress *p, keel_index *idx, const char *label)
+{
+    p->label = label;
+    p->start = cli_now();
+    p->width = 0;
+    if (isatty(STDERR_FILENO))
+        keel_set_progress(idx, progress_draw, p);
+}
+
+void
+cli_progress_end(cli_progress *p, keel_index *idx)
+{
+    keel_set_progress(idx, NULL, NULL);
+    if (p->width > 0) {
+        fprintf(stderr, "\r%*s\r", p->width, "");
+        fflush(stderr);
+        p->width = 0;
+    }
+}
+
+/* --- main ---------------------------------------------------------------- */
+
+static int
+print_version(void)
+{
+    int v = keel_libversion_number();
+
+    printf("keel %s (library %d.%d.%d)\n", KEEL_VERSION, v / 1000000,
+           v / 1000 % 1000, v % 1000);
+    return CLI_OK;
+}
+
+static void
+command_list_help(char *buf, size_t len)
+{
+    size_t o = 0;
+
+    o += (size_t)snprintf(buf, len, "the commands are");
+    for (size_t i = 0; i < N_COMMANDS && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s %s", i ? "," : "",
+                              commands[i].name);
+    if (o < len)
+        snprintf(buf + o, len - o, "; run 'keel --help' for more");
+}
+
+static int
+dispatch(int argc, char **argv)
+{
+    char help[256];
+    const struct command *c;
+    const char *name;
+
+    command_list_help(help, sizeof help);
+    if (argc < 2)
+        return cli_usage(NULL, help, "no command given");
+    name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 ||
+        (strcmp(name, "help") == 0 && argc == 2)) {
+        cli_help(stdout, NULL);
+        return CLI_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0 ||
+        strcmp(name, "version") == 0) {
+        if (argc > 2)
+            return cli_usage(NULL, "run 'keel --version' alone",
+                             "unexpected argument '%s'", argv[2]);
+        return print_version();
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc > 3)
+            return cli_usage("help", "run 'keel help COMMAND' with one command",
+                             "unexpected argument '%s'", argv[3]);
+        if (cli_help(stdout, argv[2]) != 0)
+            return cli_usage("help", help, "unknown command '%s'", argv[2]);
+        return CLI_OK;
+    }
+    if (name[0] == '-')
+        return cli_usage(NULL, help, "unknown option '%s' before the command",
+                         name);
+    c = find_command(name);
+    if (c == NULL)
+        return cli_usage(NULL, help, "unknown command '%s'", name);
+    int rc = c->run(argc - 2, argv + 2);
+    return rc == CLI_HELP ? CLI_OK : rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+
+    /* A full disk or closed pipe on stdout must not pass for success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        if (rc == CLI_OK)
+            rc = cli_fail("check the disk or pipe that standard output goes to",
+                          "cannot write standard output: %s", strerror(e));
+    }
+    return rc;
+}

@@ -1,0 +1,325 @@
+#!/bin/sh
+# test_cli.sh -- end-to-end tests of the keel command-line tool.
+#
+# usage: sh test/test_cli.sh path/to/keel
+#
+# Runs the real binary on the 10k GloVe slice (glove-100-10k.*), found in
+# $KEEL_TEST_DATA or else in the data/ directory beside this script. Each
+# check prints what it checked; the first failure prints what went wrong,
+# with keel's stderr, and exits 1. Scratch files go in a fresh directory
+# under $TMPDIR, removed at the end unless KEEL_TEST_KEEP is set.
+
+set -u
+
+if [ $# -ne 1 ]; then
+    echo "usage: sh test/test_cli.sh path/to/keel" >&2
+    exit 2
+fi
+KEEL=$1
+case $KEEL in
+/*) ;;
+*) KEEL=$(pwd)/$KEEL ;;
+esac
+if [ ! -x "$KEEL" ]; then
+    echo "FAIL: $KEEL is not an executable (build it with make)" >&2
+    exit 1
+fi
+
+DATA=${KEEL_TEST_DATA:-$(dirname "$0")/data}
+BASE=$DATA/glove-100-10k.base.fvecs
+QUERY=$DATA/glove-100-10k.query.fvecs
+TRUTH=$DATA/glove-100-10k.gt.l2.ivecs
+for f in "$BASE" "$QUERY" "$TRUTH"; do
+    if [ ! -f "$f" ]; then
+        echo "FAIL: test data $f is missing" >&2
+        echo "help: put the glove-100-10k files in test/data or set" \
+            "KEEL_TEST_DATA to their directory" >&2
+        exit 1
+    fi
+done
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/keel-cli.XXXXXX") || exit 1
+if [ -z "${KEEL_TEST_KEEP:-}" ]; then
+    trap 'rm -rf "$T"' EXIT
+    trap 'exit 1' INT TERM HUP
+else
+    echo "scratch directory: $T"
+fi
+
+IDX=$T/glove.keel
+st=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    if [ -s "$T/err" ]; then
+        echo "--- stderr of the last keel run:" >&2
+        sed 's/^/    /' "$T/err" >&2
+    fi
+    if [ -s "$T/out" ]; then
+        echo "--- stdout of the last keel run (first lines):" >&2
+        sed -n '1,10s/^/    /p' "$T/out" >&2
+    fi
+    exit 1
+}
+
+ok() {
+    echo "ok: $*"
+}
+
+# Runs keel with the arguments; stdout in $T/out, stderr in $T/err, exit
+# status in $st.
+run() {
+    st=0
+    "$KEEL" "$@" >"$T/out" 2>"$T/err" || st=$?
+}
+
+# expect STATUS DESCRIPTION ARGS...: runs keel ARGS and insists on STATUS.
+expect() {
+    want=$1
+    what=$2
+    shift 2
+    run "$@"
+    [ "$st" -eq "$want" ] ||
+        fail "$what: 'keel $*' exited $st, expected $want"
+    if [ "$want" -ne 0 ]; then
+        grep -q '^help: ' "$T/err" ||
+            fail "$what: 'keel $*' printed no 'help: ' line on stderr"
+    fi
+}
+
+# Prints the value of "key: value" in $T/out.
+field() {
+    sed -n "s/^$1: *//p" "$T/out"
+}
+
+# A float compare: at_least VALUE MIN
+at_least() {
+    awk -v v="$1" -v m="$2" 'BEGIN { exit !(v != "" && v + 0 >= m + 0) }'
+}
+
+# --- help and version ------------------------------------------------------
+
+expect 0 "help" --help
+grep -q '^usage: keel' "$T/out" || fail "keel --help printed no usage line"
+expect 0 "help search" help search
+grep -q -- '--truth' "$T/out" || fail "keel help search does not list --truth"
+expect 0 "search --help" search --help
+expect 0 "version" --version
+grep -q '^keel [0-9]' "$T/out" || fail "keel --version printed no version"
+ok "--help, help CMD, CMD --help and --version exit 0"
+
+# --- build and search ------------------------------------------------------
+
+expect 0 "build" build "$IDX" "$BASE"
+grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B$' "$T/out" ||
+    fail "build summary line has the wrong form"
+ok "build of 10,000 vectors: $(cat "$T/out")"
+
+expect 0 "search with --truth" search "$IDX" "$QUERY" -k 10 \
+    --truth "$TRUTH" --out "$T/results.tsv"
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "recall@10 is '$recall', expected >= 0.95"
+for key in queries QPS p50 p99; do
+    [ -n "$(field "$key")" ] || fail "search summary has no '$key:' line"
+done
+[ "$(field queries)" = 100 ] || fail "search counted $(field queries) queries"
+ok "search recall@10 = $recall on glove-100-10k"
+
+lines=$(wc -l <"$T/results.tsv")
+[ "$lines" -eq 1000 ] || fail "--out has $lines lines, expected 100*10"
+awk -F '\t' '
+    NF != 4 || $1 !~ /^[0-9]+$/ || $2 !~ /^[0-9]+$/ || $3 !~ /^[0-9]+$/ ||
+    $4 !~ /^[-+0-9.eE]+$/ || $1 > 99 || $2 > 9 { bad = 1; print; exit }
+    $1 != int((NR - 1) / 10) || $2 != (NR - 1) % 10 { bad = 1; print; exit }
+    $2 > 0 && $4 + 0 < prev + 0 { bad = 1; print; exit }
+    { prev = $4 }
+    END { exit bad }' "$T/results.tsv" >"$T/badline" ||
+    fail "--out line has the wrong form or order: $(cat "$T/badline")"
+ok "--out writes 1000 lines of query, rank, id, distance"
+
+expect 0 "search --json --reader --threads 4" search --reader --threads=4 \
+    -k10 --ef 80 --json --truth="$TRUTH" "$IDX" "$QUERY"
+for key in queries k ef qps p50_ms p99_ms recall seconds; do
+    grep -q "\"$key\": " "$T/out" || fail "search --json has no \"$key\""
+done
+grep -q '^{.*}$' "$T/out" || fail "search --json is not one object"
+grep -q '"ef": 80' "$T/out" || fail "search --json does not report --ef 80"
+recall=$(sed -n 's/.*"recall": \([0-9.]*\).*/\1/p' "$T/out")
+at_least "$recall" 0.95 ||
+    fail "recall on 4 reader threads is '$recall', expected >= 0.95"
+ok "search --reader --threads 4 --json: recall $recall"
+
+expect 0 "search --json without truth" search "$IDX" "$QUERY" -k 5 --json
+grep -q '"recall": null' "$T/out" || fail "recall is not null without --truth"
+ok "search --json has recall null without --truth"
+
+# --- info and check --------------------------------------------------------
+
+expect 0 "info" info "$IDX"
+[ "$(field dimensions)" = 100 ] || fail "info dimensions is not 100"
+[ "$(field 'live vectors')" = 10000 ] || fail "info live vectors is not 10000"
+[ "$(field metric)" = l2 ] || fail "info metric is not l2"
+ok "info prints dimensions 100, 10000 live vectors, metric l2"
+
+expect 0 "info --json" info --json "$IDX"
+grep -q '^{.*}$' "$T/out" || fail "info --json is not one object"
+for pair in '"dim": 100' '"count": 10000' '"metric": "l2"' \
+    '"precision": "f32"' '"deleted": 0' '"next_id": 10000'; do
+    grep -q "$pair" "$T/out" || fail "info --json lacks $pair"
+done
+for key in max_connections slots max_level segments heap_chunks \
+    file_bytes allocated_bytes snapshot; do
+    grep -q "\"$key\": [0-9]" "$T/out" || fail "info --json lacks \"$key\""
+done
+ok "info --json has every key"
+
+expect 0 "check" check "$IDX"
+grep -q '^ok: ' "$T/out" || fail "check printed no 'ok: ' line"
+ok "check passes a good index"
+
+cp "$IDX" "$T/bad.keel"
+for off in 100 65636; do
+    printf 'CORRUPTCORRUPTCORRUPTCORRUPT' |
+        dd of="$T/bad.keel" bs=1 seek=$off conv=notrunc 2>/dev/null ||
+        fail "cannot corrupt the copy"
+done
+expect 1 "check of a corrupt copy" check "$T/bad.keel"
+ok "check exits 1 with a help line on an index with both headers damaged"
+
+# --- get and delete --------------------------------------------------------
+
+expect 0 "get" get "$IDX" 5
+words=$(awk '{ print NF }' "$T/out")
+[ "$words" = 100 ] || fail "get printed $words numbers, expected 100"
+[ "$(wc -l <"$T/out")" -eq 1 ] || fail "get printed more than one line"
+awk '{ for (i = 1; i <= NF; i++)
+          if ($i !~ /^-?[0-9.]+(e[-+][0-9]+)?$/) exit 1 }' "$T/out" ||
+    fail "get printed something that is not a number"
+cp "$T/out" "$T/vec5"
+ok "get prints 100 numbers on one line"
+
+expect 0 "delete" delete "$IDX" 5
+expect 1 "get of a deleted id" get "$IDX" 5
+expect 1 "delete of a deleted id" delete "$IDX" 5
+ok "get and delete of a deleted id exit 1"
+
+expect 1 "delete with one unknown id" delete "$IDX" 6 99999999
+expect 0 "get after a failed delete" get "$IDX" 6
+ok "a failed delete deletes nothing"
+
+expect 0 "info after delete" info --json "$IDX"
+grep -q '"count": 9999' "$T/out" || fail "count is not 9999 after a delete"
+ok "info counts 9999 live vectors after one delete"
+
+# --- usage errors ----------------------------------------------------------
+
+expect 2 "no command"
+expect 2 "unknown command" frobnicate "$IDX"
+expect 2 "unknown option" info "$IDX" --frobnicate
+expect 2 "missing INDEX" info
+expect 2 "missing QUERIES" search "$IDX" -k 10
+expect 2 "missing -k" search "$IDX" "$QUERY"
+expect 2 "-k 0" search "$IDX" "$QUERY" -k 0
+expect 2 "-k abc" search "$IDX" "$QUERY" -k abc
+expect 2 "-k without a value" search "$IDX" "$QUERY" -k
+expect 2 "--ef=12x" search "$IDX" "$QUERY" -k 10 --ef=12x
+expect 2 "--json=1" info "$IDX" --json=1
+expect 2 "extra argument" check "$IDX" "$IDX"
+expect 2 "id 12x" get "$IDX" 12x
+expect 2 "id -1" get "$IDX" -1
+expect 2 "id too large" get "$IDX" 18446744073709551616
+expect 2 "id UINT64_MAX" delete "$IDX" 18446744073709551615
+expect 2 "bad metric" build "$T/new.keel" "$BASE" --metric hamming
+expect 2 "-M 1" build "$T/new.keel" "$BASE" -M 1
+[ ! -e "$T/new.keel" ] || fail "a build with a usage error created the index"
+ok "usage errors exit 2 with a help line"
+
+run search "$IDX" "$QUERY" -k abc
+grep -q "abc" "$T/err" || fail "the -k abc message does not name the value"
+ok "usage messages name the bad value"
+
+# --- files that are not indexes -------------------------------------------
+
+printf 'these are my notes\nnot an index\n' >"$T/notes.txt"
+cp "$T/notes.txt" "$T/notes.orig"
+expect 1 "search of a text file" search "$T/notes.txt" "$QUERY" -k 10
+expect 1 "info of a text file" info "$T/notes.txt"
+expect 1 "delete in a text file" delete "$T/notes.txt" 1
+expect 1 "build into a text file" build "$T/notes.txt" "$BASE"
+cmp -s "$T/notes.txt" "$T/notes.orig" || fail "keel changed a text file"
+ok "a text file as INDEX exits 1 with a help line and is left unchanged"
+
+expect 1 "search of a missing index" search "$T/missing.keel" "$QUERY" -k 1
+[ ! -e "$T/missing.keel" ] || fail "search created a missing index"
+expect 1 "info of a missing index" info "$T/missing.keel"
+ok "a missing INDEX exits 1 and is not created"
+
+# --- dimensions, ids, stdin ------------------------------------------------
+
+# Three 50-dimensional zero vectors: an int32 50, then 200 zero bytes, each.
+: >"$T/dim50.fvecs"
+for _ in 1 2 3; do
+    printf '\062\000\000\000' >>"$T/dim50.fvecs"
+    dd if=/dev/zero bs=200 count=1 2>/dev/null >>"$T/dim50.fvecs"
+done
+expect 1 "build of 50-d vectors into a 100-d index" build "$IDX" \
+    "$T/dim50.fvecs"
+expect 1 "search with 50-d queries" search "$IDX" "$T/dim50.fvecs" -k 1
+expect 0 "info after a refused build" info --json "$IDX"
+grep -q '"count": 9999' "$T/out" || fail "a refused build changed the index"
+ok "vectors of other dimensions exit 1 and leave the index unchanged"
+
+# The first three vectors of the base file (4 + 400 bytes each).
+dd if="$BASE" of="$T/three.fvecs" bs=404 count=3 2>/dev/null
+printf '100\n200\n' >"$T/two-ids.txt"
+expect 2 "--ids of the wrong length" build "$T/small.keel" \
+    "$T/three.fvecs" --ids "$T/two-ids.txt"
+[ ! -e "$T/small.keel" ] || fail "a build with too few ids created the index"
+ok "--ids with fewer ids than vectors exits 2"
+
+: >"$T/empty.keel"
+expect 0 "build into an empty file" build "$T/empty.keel" "$T/three.fvecs"
+expect 0 "check of the index built in an empty file" check "$T/empty.keel"
+ok "build turns an empty file (a creation cut short) into an index"
+
+printf '100\n200\n300\n' >"$T/three-ids.txt"
+expect 0 "build with --ids from stdin" build "$T/small.keel" - \
+    --ids "$T/three-ids.txt" --metric l2 -M 8 <"$T/three.fvecs"
+expect 0 "get a caller id" get "$T/small.keel" 200
+cp "$T/out" "$T/vec200"
+expect 0 "get row 1 of the base" get "$IDX" 1
+cmp -s "$T/out" "$T/vec200" || fail "get 200 differs from row 1 of the base"
+ok "build from stdin with --ids stores row 1 under id 200"
+
+printf '200\n' >"$T/allow.txt"
+expect 0 "search --allowed" search "$T/small.keel" "$QUERY" -k 3 \
+    --allowed "$T/allow.txt" --out "$T/allowed.tsv"
+awk -F '\t' '$3 != 200 { exit 1 }' "$T/allowed.tsv" ||
+    fail "search --allowed returned an id that is not allowed"
+[ "$(wc -l <"$T/allowed.tsv")" -eq 100 ] ||
+    fail "search --allowed did not return one result per query"
+ok "search --allowed returns only allowed ids"
+
+expect 1 "build with an id in use" build "$T/small.keel" "$T/three.fvecs" \
+    --ids "$T/three-ids.txt"
+expect 0 "info after a refused batch" info --json "$T/small.keel"
+grep -q '"count": 3' "$T/out" || fail "a refused batch added vectors"
+ok "a batch with ids in use adds nothing"
+
+# --- compact ---------------------------------------------------------------
+
+expect 0 "compact" compact "$IDX"
+grep -q -- '->' "$T/out" || fail "compact printed no before -> after sizes"
+expect 0 "info after compact" info --json "$IDX"
+grep -q '"deleted": 0' "$T/out" || fail "compact left deleted vectors"
+grep -q '"count": 9999' "$T/out" || fail "compact lost live vectors"
+expect 0 "check after compact" check "$IDX"
+expect 0 "get after compact" get "$IDX" 6
+expect 1 "get of the deleted id after compact" get "$IDX" 5
+expect 0 "search after compact" search "$IDX" "$QUERY" -k 10 --truth "$TRUTH"
+recall=$(field 'recall@10')
+at_least "$recall" 0.94 || fail "recall@10 after compact is '$recall'"
+ok "compact keeps ids and live vectors: recall@10 $recall"
+
+echo "all CLI tests passed"
+exit 0
