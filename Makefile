@@ -6,6 +6,7 @@
 #   make asan            the tests again under ASan+UBSan (build/asan)
 #   make tsan            the concurrent tests under TSan (build/tsan)
 #   make check           test + asan + tsan + python: what CI runs
+#   make demo            build and search GloVe-100 (340k) with the CLI
 #   make install PREFIX=/usr/local
 #   make deps            install the Debian packages the build and tests need
 
@@ -42,7 +43,7 @@ TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib cli test asan tsan check install clean deps data bench python
+.PHONY: all lib cli test asan tsan check install clean deps demo
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -83,7 +84,13 @@ tsan:
 	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 
-check: test asan tsan
+# The README's second command: installs what the tests need, then runs
+# every suite (plain, ASan+UBSan, TSan).
+check:
+	sh tools/deps.sh
+	$(MAKE) test
+	$(MAKE) asan
+	$(MAKE) tsan
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \
@@ -99,6 +106,12 @@ install: all
 
 deps:
 	sh tools/deps.sh
+
+# The README's first command: the main job on real data.
+demo:
+	sh tools/deps.sh
+	$(MAKE) all
+	sh tools/demo.sh
 
 clean:
 	rm -rf build
