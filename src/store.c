@@ -1128,7 +1128,11 @@ refresh_snapshot(keel_store *st)
 {
     uint64_t w[4];
     snap_words(st, w);
-    if (st->snap.sequence && memcmp(w, st->snap_words, sizeof w) == 0)
+    /* Fast path: neither copy's sequence or checksum word moved since both
+     * verified. A copy that failed is checked again every time (a torn
+     * write may be finished, or a damaged copy mended, in place). */
+    if (st->snap.sequence && st->snap_both_valid &&
+        memcmp(w, st->snap_words, sizeof w) == 0)
         return KEEL_OK;
     keel_file_info fi;
     int err = keel__os->stat(st->fd, &fi);
@@ -1141,13 +1145,15 @@ refresh_snapshot(keel_store *st)
         rc = KEEL_ENOMEM;
         goto out;
     }
-    int best = -1;
+    int best = -1, valid = 0;
     uint64_t best_seq = 0;
     for (int tries = 0; tries < 100 && best < 0; tries++) {
         snap_words(st, w);
+        valid = 0;
         for (int c = 0; c < 2; c++) {
             if (decode_shared(st, c, fi.size, buf, h) != KEEL_OK)
                 continue;
+            valid++;
             if (best < 0 || h->sequence > best_seq) {
                 best = c;
                 best_seq = h->sequence;
@@ -1170,6 +1176,7 @@ refresh_snapshot(keel_store *st)
     if ((rc = map_committed(st, h)))
         goto out;
     memcpy(st->snap_words, w, sizeof w);
+    st->snap_both_valid = valid == 2;
     st->snap = *h;
 out:
     keel__free(buf);

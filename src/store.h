@@ -98,6 +98,7 @@ typedef struct keel_store {
     pthread_mutex_t snap_lock;
     keel_header snap;         /* the snapshot in use (snap.sequence 0: none) */
     uint64_t snap_words[4];   /* both copies' sequence and checksum words */
+    int snap_both_valid;      /* both copies verified at the last look */
     uint64_t live_gen;        /* live page generation last looked at */
     uint32_t live_nseg;       /* live page segment count last looked at */
     uint32_t live_nheap;
