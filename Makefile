@@ -43,7 +43,7 @@ TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib cli test asan tsan check install clean deps demo
+.PHONY: all lib cli test asan tsan check install clean deps demo python test-python
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -84,13 +84,23 @@ tsan:
 	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 
+PYTHON ?= /usr/bin/python3
+
+# The Python extension, built in place (python/keel/_keel*.so).
+python: $(BUILD)/libkeel.a
+	cd python && KEEL_BUILD=$(abspath $(BUILD)) KEEL_NO_MAKE=1 $(PYTHON) setup.py -q build_ext --inplace
+
+test-python: python
+	$(PYTHON) -m pytest -q python/tests
+
 # The README's second command: installs what the tests need, then runs
-# every suite (plain, ASan+UBSan, TSan).
+# every suite (plain, ASan+UBSan, TSan, Python).
 check:
 	sh tools/deps.sh
 	$(MAKE) test
 	$(MAKE) asan
 	$(MAKE) tsan
+	$(MAKE) test-python
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \
@@ -114,4 +124,4 @@ demo:
 	sh tools/demo.sh
 
 clean:
-	rm -rf build
+	rm -rf build python/build python/keel/*.so python/*.egg-info

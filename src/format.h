@@ -135,6 +135,21 @@ void keel__test_geometry(uint32_t seg_base, uint32_t seg_doublings,
                          uint32_t idtab_log2);
 uint32_t keel__initial_idtab_log2(void);
 
+/* Test-only switch: a broken variant of the commit protocol, so the
+** durability tests can show they catch each one (test/test_powerloss.c).
+** 0 in every real use. */
+enum keel_mutant {
+    KEEL_MUT_NONE = 0,
+    KEEL_MUT_NO_SYNC_BEFORE_HEADER,  /* breaks store.c invariant (1) */
+    KEEL_MUT_HEADER_OVER_NEWEST,     /* breaks (2) */
+    KEEL_MUT_NO_INTENT,              /* breaks (5) */
+    KEEL_MUT_RECOVERY_KEEPS_MARKS,   /* breaks (6) */
+    KEEL_MUT_NO_CHECKSUM,            /* header copies trusted unchecked */
+    KEEL_MUT_NO_UNDO,                /* undo.c saves nothing */
+    KEEL_MUT_COUNT
+};
+extern int keel__mutant;
+
 /* Encodes h into buf (KEEL_PAGE_SLOT bytes, zero past the header), setting
 ** h->length and the checksum. */
 void keel__header_encode(keel_header *h, uint8_t *buf);

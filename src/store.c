@@ -520,7 +520,8 @@ keel__store_commit(keel_store *st)
         w->flags == st->committed.flags && w->next_id == st->committed.next_id)
         return KEEL_OK; /* nothing to commit */
 
-    int copy = 1 - st->newest_copy;
+    int copy = keel__mutant == KEEL_MUT_HEADER_OVER_NEWEST ? st->newest_copy
+                                                          : 1 - st->newest_copy;
     int rc;
     /* Undo invariant (2): the log is durable before the index is synced. */
     int err = keel__undo_sync(st);
@@ -528,8 +529,9 @@ keel__store_commit(keel_store *st)
         return poison(st, err, "syncing the undo log");
     if (st->pend_n == 0) {
         w->sequence = st->committed.sequence + 1;
-        if ((rc = sync_file(st)) || (rc = write_header(st, w, copy)) ||
-            (rc = sync_file(st)))
+        if ((keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
+             (rc = sync_file(st))) ||
+            (rc = write_header(st, w, copy)) || (rc = sync_file(st)))
             return rc;
         st->newest_copy = copy;
     } else {
@@ -540,11 +542,14 @@ keel__store_commit(keel_store *st)
         *intent = st->committed;
         intent->pending_epoch = E + 1;
         intent->sequence = st->committed.sequence + 1;
-        rc = write_header(st, intent, copy);
+        rc = keel__mutant == KEEL_MUT_NO_INTENT ? KEEL_OK
+                                                : write_header(st, intent, copy);
         keel__free(intent);
-        if (rc || (rc = sync_file(st)))
+        if (rc || (keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
+                   (rc = sync_file(st))))
             return rc;
-        st->newest_copy = copy;
+        if (keel__mutant != KEEL_MUT_NO_INTENT)
+            st->newest_copy = copy;
         for (size_t j = 0; j < st->pend_n; j++)
             KEEL_STORE_RELAXED(keel__store_mark(st, st->pend_list[j]), E + 1);
         if ((rc = sync_file(st)))
@@ -889,7 +894,8 @@ recover_intent(keel_store *st)
     keel_header *h = &st->work;
     for (uint64_t s = 0; s < h->count; s++) {
         uint64_t *m = keel__store_mark(st, s);
-        if (KEEL_LOAD_RELAXED(m) > h->epoch)
+        if (KEEL_LOAD_RELAXED(m) > h->epoch &&
+            keel__mutant != KEEL_MUT_RECOVERY_KEEPS_MARKS)
             KEEL_STORE_RELAXED(m, (uint64_t)0);
     }
     int rc = sync_file(st);

@@ -101,7 +101,8 @@ keel__undo_save(keel_store *st, uint64_t slot)
     uint32_t k = keel__slot_segment(&st->g, slot, &i);
     uint64_t bit = (uint64_t)1 << (i & 63);
     uint64_t *bits = KEEL_LOAD_ACQUIRE(&st->saved_bits[k]);
-    if (bits && (KEEL_LOAD_ACQUIRE(&bits[i >> 6]) & bit))
+    if ((bits && (KEEL_LOAD_ACQUIRE(&bits[i >> 6]) & bit)) ||
+        keel__mutant == KEEL_MUT_NO_UNDO)
         return KEEL_OK;
     pthread_mutex_lock(&st->undo_lock);
     int rc = KEEL_OK;

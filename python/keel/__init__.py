@@ -1,0 +1,33 @@
+"""keel -- an embeddable vector index in one file, for numpy.
+
+    import numpy as np, keel
+
+    with keel.VectorIndex("vectors.keel", 384, metric="cosine") as index:
+        ids = index.add_batch(np.random.rand(1000, 384).astype(np.float32))
+        found, distances = index.search(np.random.rand(384), k=10)
+
+VectorIndex opens an index as its writer (one per file); IndexReader opens
+it for searching, in any number of processes, while the writer writes.
+Errors are subclasses of keel.Error, one per keel error code.
+"""
+
+from . import _coerce, _keel
+from ._errors import (BY_CODE, CorruptIndexError, DimensionMismatchError,
+                      Error, IdInUseError, IdNotFoundError, IndexFullError,
+                      IndexIOError, IndexLockedError, IndexNotFoundError,
+                      InvalidArgumentError, NotAnIndexError, NotFoundError,
+                      OptionsMismatchError, OutOfMemoryError, ReadOnlyError,
+                      VersionError)
+from ._index import IndexReader, VectorIndex
+from ._options import IndexOptions
+
+_keel._setup(BY_CODE, IndexNotFoundError, _coerce)
+
+__version__ = _keel.KEEL_VERSION
+__all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Error",
+           "InvalidArgumentError", "DimensionMismatchError",
+           "OptionsMismatchError", "NotFoundError", "IndexNotFoundError",
+           "IdNotFoundError", "NotAnIndexError", "IdInUseError",
+           "IndexLockedError", "ReadOnlyError", "CorruptIndexError",
+           "IndexFullError", "IndexIOError", "OutOfMemoryError",
+           "VersionError"]

@@ -1,0 +1,167 @@
+"""_index.py -- keel.VectorIndex and keel.IndexReader.
+
+Both are Python subclasses of the C type keel._keel.Index, which holds the
+handle and implements every method on the per-call path (add, search, ...)
+in C. This module adds what runs once per handle: option translation,
+opening (with the file's own metric and precision when the caller did not
+name them), the context manager and repr.
+"""
+
+import os
+
+from . import _keel
+from ._errors import DimensionMismatchError, OptionsMismatchError
+from ._options import METRIC_CODES, PRECISION_CODES, IndexOptions
+
+
+def _dimensions(value):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("dimensions has to be an integer, not %s (%r)"
+                        % (type(value).__name__, value))
+    value = int(value.__index__())
+    if not 0 <= value <= 4096:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(
+            "dimensions is %d, but has to be between 1 and 4096 (or 0 or "
+            "None to take them from an existing file)\nhelp: give the length "
+            "of the vectors the index will hold, such as 384, 768 or 1536"
+            % value)
+    return value
+
+
+def _path(path):
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise TypeError("path has to be a str, bytes or os.PathLike, not %s"
+                        % type(path).__name__) from None
+
+
+class VectorIndex(_keel.Index):
+    """A keel vector index: one file of vectors, ids and an HNSW graph.
+
+    VectorIndex(path, dimensions, options=None, read_only=False, **options)
+
+    Opens the index at path as its writer, creating the file if it is
+    missing (dimensions None or 0 takes them from an existing file). With
+    read_only=True it opens a reader instead, like IndexReader. options is
+    an IndexOptions or a dict; keyword options (metric="cosine", ...) are
+    applied on top.
+
+    Adds and deletes are visible to searches on this handle at once and
+    become durable together at flush(). close() does not flush; leaving a
+    ``with`` block without an exception flushes, then closes.
+    """
+
+    def __init__(self, path, dimensions, options=None, read_only=False,
+                 **kwargs):
+        opts = IndexOptions.coerce(options, kwargs)
+        path = _path(path)
+        dim = _dimensions(dimensions)
+        if read_only:
+            self._open_reader(path, dim, opts)
+        else:
+            self._open_writer(path, dim, opts)
+        # The handle's options, with the file's own fixed fields.
+        st = self.stats()
+        self._options = opts.replace()
+        for name, value in (("metric", st["metric"]),
+                            ("precision", st["precision"]),
+                            ("max_connections", st["max_connections"])):
+            object.__setattr__(self._options, name, value)
+
+    def _open_writer(self, path, dim, opts):
+        def attempt(metric, precision):
+            self._open(path, dim, METRIC_CODES[metric],
+                       PRECISION_CODES[precision],
+                       opts.max_connections
+                       if opts.given("max_connections") else 0,
+                       opts.ef_construction, opts.ef_search, opts.threads,
+                       opts.flags(), False)
+
+        try:
+            attempt(opts.metric, opts.precision)
+            return
+        except OptionsMismatchError:
+            if opts.given("metric") and opts.given("precision"):
+                raise
+            # The caller named neither or only one: use the file's own.
+            peek = _keel.Index()
+            peek._open(path, 0, 0, 0, 0, 0, 0, 0, 0, True)
+            st = peek.stats()
+            peek.close()
+            metric = opts.metric if opts.given("metric") else st["metric"]
+            precision = opts.precision if opts.given("precision") \
+                else st["precision"]
+            if (metric, precision) == (opts.metric, opts.precision):
+                raise
+        attempt(metric, precision)
+
+    def _open_reader(self, path, dim, opts):
+        self._open(path, 0, 0, 0, 0, opts.ef_construction, opts.ef_search,
+                   opts.threads, opts.flags(), True)
+        # keel_open_reader takes these from the file; check what was named.
+        st = self.stats()
+        if dim and dim != st["dimensions"]:
+            self.close()
+            raise DimensionMismatchError(
+                "the index at %s holds vectors of %d dimensions, not %d\n"
+                "help: open it with dimensions %d (or None to take them from "
+                "the file)" % (path, st["dimensions"], dim, st["dimensions"]))
+        for name in ("metric", "precision", "max_connections"):
+            value = getattr(opts, name)
+            if opts.given(name) and value != st[name]:
+                self.close()
+                raise OptionsMismatchError(
+                    "the index at %s was created with %s %s, not %s\nhelp: "
+                    "open it with %s %s, or leave %s out to take it from the "
+                    "file" % (path, name, st[name], value, name, st[name],
+                              name))
+
+    @property
+    def options(self):
+        """The handle's options (a copy), with the file's metric, precision
+        and max_connections."""
+        return self._options.replace()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None and not self.closed and not self.read_only:
+                self.flush()
+        finally:
+            self.close()
+
+    def __reduce__(self):
+        raise TypeError("a keel index cannot be pickled\nhelp: pass its path "
+                        "and open it again in the other process (a writer "
+                        "there, or an IndexReader)")
+
+    def __repr__(self):
+        kind = type(self).__name__
+        if self.closed:
+            return "<keel.%s %r closed>" % (kind, self.path)
+        return "<keel.%s %r dimensions=%d metric=%r precision=%r len=%d%s>" % (
+            kind, self.path, self.dimensions, self.metric, self.precision,
+            len(self), " read_only" if self.read_only else "")
+
+
+class IndexReader(VectorIndex):
+    """A read-only handle on an existing index.
+
+    IndexReader(path, options=None, **options)
+
+    Takes no lock and never writes the file; any number of readers in any
+    process search while one writer writes. Each search uses the last
+    completed flush; len() counts live vectors at the last snapshot (a
+    search or refresh() takes a new one). Only ef_search, warm, huge_pages
+    and threads of the options apply; metric, precision and max_connections
+    come from the file (naming other values raises OptionsMismatchError).
+    """
+
+    def __init__(self, path, options=None, **kwargs):
+        super().__init__(path, None, options, read_only=True, **kwargs)

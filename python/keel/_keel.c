@@ -1,0 +1,1126 @@
+/* _keel.c -- the CPython extension behind the keel package: one type,
+** keel._keel.Index, whose methods call the C library (libkeel.a, linked in).
+**
+** The Python layer (keel/_index.py) subclasses Index as VectorIndex and
+** IndexReader and adds what is easier in Python: option names, the context
+** manager, repr. Everything on the per-call path is here, so a search is one
+** C call from Python with no Python frame in between.
+**
+** Inputs: a C-contiguous, aligned, native float32 numpy array of the right
+** shape is used in place (zero-copy), and so is a uint64 array of ids. Any
+** other input goes to a helper in keel/_coerce.py, which converts it or
+** raises TypeError / ValueError in Python terms.
+**
+** Threads: the GIL is released around every call into keel that may take
+** long or wait (adds, searches, deletes, flush, compact, refresh, open,
+** close). Each object has a read-write lock: calls hold it shared while they
+** use the handle; close and compact hold it exclusive (keel_close and
+** keel_compact must not race other calls on a handle). The lock is always
+** taken without holding the GIL, or with trylock, so it cannot deadlock
+** against the GIL.
+**
+** Fork: a handle opened before fork() may only be closed in the child
+** (keel.h); every other call there raises InvalidArgumentError.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "keel.h"
+
+#define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
+
+/* --- module state (set once by keel/__init__.py through _setup) ---------- */
+
+static PyObject *err_class[KEEL_EVERSION + 1]; /* by code; [0] = keel.Error */
+static PyObject *index_not_found;   /* ENOTFOUND from an open: no such file */
+static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
+static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
+static PyObject *h_id;              /* _coerce.one_id(obj, fn) */
+static PyObject *h_count;           /* _coerce.count(obj, name, fn) */
+static PyObject *h_keyword;         /* _coerce.bad_keyword(fn, name, names) */
+
+static unsigned long fork_generation; /* +1 in every child after fork() */
+
+static void
+after_fork_child(void)
+{
+    fork_generation++;
+}
+
+/* Raises the class of code rc with message msg. */
+static PyObject *
+raise_code(int rc, const char *msg)
+{
+    PyObject *cls = rc > 0 && rc <= KEEL_EVERSION ? err_class[rc] : NULL;
+    if (!cls)
+        cls = err_class[0] ? err_class[0] : PyExc_RuntimeError;
+    PyErr_SetString(cls, msg);
+    return NULL;
+}
+
+/* Raises keel's error for rc with this thread's keel_errmsg(). opening is
+** nonzero for keel_open / keel_open_reader, where KEEL_ENOTFOUND means no
+** file (FileNotFoundError) rather than no id (KeyError). */
+static PyObject *
+raise_keel(int rc, int opening)
+{
+    const char *msg = keel_errmsg();
+    char buf[160];
+    if (!msg || !*msg) {
+        snprintf(buf, sizeof buf, "%s\nhelp: see keel.h for this error code",
+                 keel_strerror(rc));
+        msg = buf;
+    }
+    if (rc == KEEL_ENOTFOUND && opening && index_not_found) {
+        PyErr_SetString(index_not_found, msg);
+        return NULL;
+    }
+    return raise_code(rc, msg);
+}
+
+/* --- the Index type ------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    keel_index *idx;            /* NULL when closed or not opened */
+    pthread_rwlock_t lock;      /* shared: calls; exclusive: close, compact */
+    unsigned long generation;   /* fork_generation when opened */
+    uint32_t dim;
+    int reader;
+    int metric, precision;
+    PyObject *path;             /* str, or None */
+    PyObject *weakrefs;
+} IndexObject;
+
+static const char *const metric_names[] = {"l2", "cosine", "ip"};
+static const char *const precision_names[] = {"f32", "f16"};
+
+static PyObject *
+index_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    (void)args;
+    (void)kwds;
+    IndexObject *self = (IndexObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    /* Writer preference, so close() and compact() are not starved by
+     * threads that search in a loop (glibc prefers readers by default). */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+#ifdef __GLIBC__
+    pthread_rwlockattr_setkind_np(
+        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    pthread_rwlock_init(&self->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    self->path = Py_None;
+    Py_INCREF(Py_None);
+    return (PyObject *)self;
+}
+
+static void
+index_dealloc(IndexObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    /* No call can be in flight: each holds a reference to self. */
+    if (self->idx) {
+        keel_index *idx = self->idx;
+        self->idx = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        keel_close(idx);
+        Py_END_ALLOW_THREADS
+    }
+    pthread_rwlock_destroy(&self->lock);
+    Py_CLEAR(self->path);
+    /* A Python subclass's type reference is dropped by subtype_dealloc. */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+index_traverse(IndexObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->path);
+    return 0;
+}
+
+static PyObject *
+closed_error(IndexObject *self)
+{
+    if (self->path == Py_None)
+        return raise_code(KEEL_EINVAL, "the index is not open\nhelp: create "
+                          "it with keel.VectorIndex(path, dimensions) or "
+                          "keel.IndexReader(path)");
+    return PyErr_Format(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
+                                                : PyExc_ValueError,
+                        "the index at %U is closed\nhelp: open it again; a "
+                        "closed index cannot be used", self->path);
+}
+
+/* Takes the handle for one call (shared lock). Returns 0, or -1 with an
+** exception set. The caller must call leave() after a 0. */
+static int
+enter(IndexObject *self)
+{
+    if (self->generation != fork_generation && self->idx) {
+        raise_code(KEEL_EINVAL, "this index was opened in the parent process "
+                   "before fork(); a child may only close it\nhelp: open the "
+                   "index again in the child process (or use the 'spawn' "
+                   "start method)");
+        return -1;
+    }
+    if (pthread_rwlock_tryrdlock(&self->lock) != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_rdlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    if (!self->idx) {
+        pthread_rwlock_unlock(&self->lock);
+        closed_error(self);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+leave(IndexObject *self)
+{
+    pthread_rwlock_unlock(&self->lock);
+}
+
+/* --- arguments ----------------------------------------------------------- */
+
+/* Parses vectorcall arguments against names[0..n-1]; the first nreq are
+** required. out[i] receives a borrowed reference or NULL. */
+static int
+parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames, const char *const *names, int n, int nreq,
+           PyObject **out)
+{
+    nargs = PyVectorcall_NARGS(nargs);
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments "
+                     "(%zd given)", fn, n, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        out[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, j);
+        int found = -1;
+        for (int i = 0; i < n && found < 0; i++)
+            if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            PyObject *all = PyTuple_New(n);
+            if (!all)
+                return -1;
+            for (int i = 0; i < n; i++) {
+                PyObject *name = PyUnicode_FromString(names[i]);
+                if (!name) {
+                    Py_DECREF(all);
+                    return -1;
+                }
+                PyTuple_SET_ITEM(all, i, name);
+            }
+            PyObject *r = PyObject_CallFunction(h_keyword, "sOO", fn, key,
+                                                all);
+            Py_DECREF(all);
+            Py_XDECREF(r);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected "
+                             "keyword argument '%U'", fn, key);
+            return -1;
+        }
+        if (out[found]) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
+                         "argument '%s'", fn, names[found]);
+            return -1;
+        }
+        out[found] = args[nargs + j];
+    }
+    for (int i = 0; i < nreq; i++)
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument "
+                         "'%s'", fn, names[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* A non-negative integer argument (k, ef). Plain ints take the fast path;
+** anything else goes to _coerce.count, which rejects floats and strings. */
+static int
+get_count(PyObject *obj, const char *name, const char *fn, long long *out)
+{
+    PyObject *o = obj;
+    if (!PyLong_CheckExact(o)) {
+        o = PyObject_CallFunction(h_count, "Oss", obj, name, fn);
+        if (!o)
+            return -1;
+    } else {
+        Py_INCREF(o);
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    Py_DECREF(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0)
+        v = LLONG_MAX;
+    if (overflow < 0 || v < 0) {
+        char msg[240], buf[32];
+        snprintf(buf, sizeof buf, "%lld", v);
+        snprintf(msg, sizeof msg, "%s is %s, but has to be at least %d\n"
+                 "help: pass %s", name, overflow < 0 ? "negative" : buf,
+                 name[0] == 'k' ? 1 : 0,
+                 name[0] == 'k' ? "how many results to return, such as 10"
+                                : "a search width such as 64, or None for "
+                                  "the index's ef_search");
+        raise_code(KEEL_EINVAL, msg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* An id: an int in 0 .. 2**64-1 (keel itself refuses 2**64-1). */
+static int
+get_id(PyObject *obj, const char *fn, uint64_t *out)
+{
+    PyObject *o = obj;
+    if (!PyLong_CheckExact(o)) {
+        o = PyObject_CallFunction(h_id, "Os", obj, fn);
+        if (!o)
+            return -1;
+    } else {
+        Py_INCREF(o);
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyObject *msg = PyUnicode_FromFormat(
+            "id %R is out of range\nhelp: ids are integers from 0 to "
+            "18446744073709551614 (2**64 - 2)", o);
+        Py_DECREF(o);
+        if (msg) {
+            PyErr_SetObject(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
+                                                   : PyExc_ValueError, msg);
+            Py_DECREF(msg);
+        }
+        return -1;
+    }
+    Py_DECREF(o);
+    *out = v;
+    return 0;
+}
+
+/* Float32 input: a new reference to a C-contiguous aligned native float32
+** array of shape (dim,) or (n, dim), the caller's own when it already is. */
+static PyArrayObject *
+get_vectors(IndexObject *self, PyObject *obj, int batch, const char *fn)
+{
+    if (self->dim == 0) { /* never opened: say so, not "0 dimensions" */
+        closed_error(self);
+        return NULL;
+    }
+    if (PyArray_Check(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        if (PyArray_TYPE(a) == NPY_FLOAT32 && PyArray_ISCARRAY_RO(a) &&
+            PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1 + batch &&
+            PyArray_DIM(a, batch) == (npy_intp)self->dim) {
+            Py_INCREF(a);
+            return a;
+        }
+    }
+    PyObject *r = PyObject_CallFunction(h_vectors, "OsIi", obj, fn,
+                                        (unsigned)self->dim, batch);
+    if (!r)
+        return NULL;
+    PyArrayObject *a = (PyArrayObject *)r;
+    if (!PyArray_Check(r) || PyArray_TYPE(a) != NPY_FLOAT32 ||
+        !PyArray_ISCARRAY_RO(a) || PyArray_NDIM(a) != 1 + batch ||
+        PyArray_DIM(a, batch) != (npy_intp)self->dim) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_SystemError, "keel._coerce.vectors returned "
+                        "an array of the wrong kind");
+        return NULL;
+    }
+    return a;
+}
+
+/* Id input: a new reference to a 1-D C-contiguous native uint64 array, of n
+** entries unless n is -1. */
+static PyArrayObject *
+get_ids(PyObject *obj, const char *fn, npy_intp n)
+{
+    if (PyArray_Check(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        if (PyArray_TYPE(a) == NPY_UINT64 && PyArray_ISCARRAY_RO(a) &&
+            PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1 &&
+            (n < 0 || PyArray_DIM(a, 0) == n)) {
+            Py_INCREF(a);
+            return a;
+        }
+    }
+    PyObject *r = PyObject_CallFunction(h_ids, "Osn", obj, fn, (Py_ssize_t)n);
+    if (!r)
+        return NULL;
+    PyArrayObject *a = (PyArrayObject *)r;
+    if (!PyArray_Check(r) || PyArray_TYPE(a) != NPY_UINT64 ||
+        !PyArray_ISCARRAY_RO(a) || PyArray_NDIM(a) != 1 ||
+        (n >= 0 && PyArray_DIM(a, 0) != n)) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_SystemError, "keel._coerce.ids returned an "
+                        "array of the wrong kind");
+        return NULL;
+    }
+    return a;
+}
+
+/* --- open and close ------------------------------------------------------ */
+
+/* _open(path, dimensions, metric, precision, max_connections,
+**       ef_construction, ef_search, threads, flags, reader) -- the Python
+** layer has checked and translated every value. */
+static PyObject *
+index_open(IndexObject *self, PyObject *args)
+{
+    PyObject *path_bytes = NULL;
+    unsigned dim, metric, precision, m, efc, efs, threads, flags;
+    int reader;
+    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp:_open", PyUnicode_FSConverter,
+                          &path_bytes, &dim, &metric, &precision, &m, &efc,
+                          &efs, &threads, &flags, &reader))
+        return NULL;
+    if (self->idx) {
+        Py_DECREF(path_bytes);
+        return raise_code(KEEL_EINVAL, "this index object is already open\n"
+                          "help: create a new object for another index");
+    }
+    keel_options o = {
+        .metric = (keel_metric)metric,
+        .precision = (keel_precision)precision,
+        .max_connections = m,
+        .ef_construction = efc,
+        .ef_search = efs,
+        .threads = threads,
+        .flags = flags,
+    };
+    const char *path = PyBytes_AS_STRING(path_bytes);
+    keel_index *idx = NULL;
+    keel_stats st;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = reader ? keel_open_reader(path, &o, &idx)
+                : keel_open(path, dim, &o, &idx);
+    if (!rc)
+        rc = keel_stat(idx, &st);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        PyObject *r = raise_keel(rc, 1);
+        keel_close(idx);
+        Py_DECREF(path_bytes);
+        return r;
+    }
+    PyObject *name = PyUnicode_DecodeFSDefault(path);
+    Py_DECREF(path_bytes);
+    if (!name) {
+        keel_close(idx);
+        return NULL;
+    }
+    Py_SETREF(self->path, name);
+    self->idx = idx;
+    self->generation = fork_generation;
+    self->dim = st.dim;
+    self->reader = reader;
+    self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
+    self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+index_close(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->generation != fork_generation) {
+        /* In a child after fork(): no other thread can hold the lock here,
+         * and its state may be the parent's; close without it. */
+        keel_index *idx = self->idx;
+        self->idx = NULL;
+        keel_close(idx);
+        Py_RETURN_NONE;
+    }
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    keel_index *idx = self->idx;
+    self->idx = NULL;
+    rc = keel_close(idx);
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
+/* --- writes -------------------------------------------------------------- */
+
+static PyObject *
+index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"vector", "id"};
+    PyObject *a[2];
+    if (parse_args("add", args, nargs, kwnames, names, 2, 1, a))
+        return NULL;
+    uint64_t id = 0;
+    int with_id = a[1] && a[1] != Py_None;
+    if (with_id && get_id(a[1], "add", &id))
+        return NULL;
+    PyArrayObject *v = get_vectors(self, a[0], 0, "add");
+    if (!v)
+        return NULL;
+    if (enter(self)) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    const float *data = PyArray_DATA(v);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = with_id ? keel_add_with_id(self->idx, id, data)
+                 : keel_add(self->idx, data, &id);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    Py_DECREF(v);
+    if (rc)
+        return raise_keel(rc, 0);
+    return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *
+index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"vectors", "ids"};
+    PyObject *a[2];
+    if (parse_args("add_batch", args, nargs, kwnames, names, 2, 1, a))
+        return NULL;
+    /* Inputs are converted before the handle is taken: conversion runs
+     * Python code, which must not wait for this handle's lock. */
+    PyArrayObject *v = get_vectors(self, a[0], 1, "add_batch");
+    PyArrayObject *ids = NULL, *out = NULL;
+    if (!v)
+        goto fail;
+    npy_intp n = PyArray_DIM(v, 0);
+    if (a[1] && a[1] != Py_None && !(ids = get_ids(a[1], "add_batch", n)))
+        goto fail;
+    out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_UINT64);
+    if (!out || enter(self))
+        goto fail;
+    const float *data = PyArray_DATA(v);
+    const uint64_t *idp = ids ? PyArray_DATA(ids) : NULL;
+    uint64_t *outp = PyArray_DATA(out);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_add_batch(self->idx, data, (size_t)n, idp, outp);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    Py_DECREF(v);
+    Py_XDECREF(ids);
+    if (rc) {
+        Py_DECREF(out);
+        return raise_keel(rc, 0);
+    }
+    return (PyObject *)out;
+fail:
+    Py_XDECREF(v);
+    Py_XDECREF(ids);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *
+index_delete(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+    if (get_id(arg, "delete", &id) || enter(self))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_delete(self->idx, id);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
+/* flush, warm, refresh: no arguments, GIL released. */
+static PyObject *
+simple_call(IndexObject *self, int (*fn)(keel_index *))
+{
+    if (enter(self))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(self->idx);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+index_flush(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    return simple_call(self, keel_flush);
+}
+
+static PyObject *
+index_warm(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    return simple_call(self, keel_warm);
+}
+
+static PyObject *
+index_refresh(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    return simple_call(self, keel_refresh);
+}
+
+static PyObject *
+index_check(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    return simple_call(self, keel_check);
+}
+
+static PyObject *
+index_compact(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self)) /* the closed and fork checks */
+        return NULL;
+    leave(self);
+    int rc = 0, closed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    if (self->idx)
+        rc = keel_compact(self->idx);
+    else
+        closed = 1;
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (closed)
+        return closed_error(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
+/* --- reads --------------------------------------------------------------- */
+
+typedef struct {
+    keel_search_params p;
+    PyArrayObject *allowed;
+    size_t k;
+} search_args;
+
+static const uint64_t no_ids[1] = {0};
+
+/* Parses (query(ies), k=10, ef=None, allowed=None). */
+static int
+parse_search(int batch, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames, PyObject **query, search_args *s)
+{
+    static const char *const names[] = {"query", "k", "ef", "allowed"};
+    static const char *const bnames[] = {"queries", "k", "ef", "allowed"};
+    const char *fn = batch ? "search_batch" : "search";
+    PyObject *a[4];
+    memset(s, 0, sizeof *s);
+    if (parse_args(fn, args, nargs, kwnames, batch ? bnames : names, 4, 1, a))
+        return -1;
+    *query = a[0];
+    long long k = 10, ef = 0;
+    if (a[1] && get_count(a[1], "k", fn, &k))
+        return -1;
+    if (a[2] && a[2] != Py_None && get_count(a[2], "ef", fn, &ef))
+        return -1;
+    if (k < 1 || k > MAX_K) {
+        char msg[200];
+        snprintf(msg, sizeof msg, k < 1
+                 ? "k is %lld, but has to be at least 1\nhelp: pass how "
+                   "many results to return, such as 10"
+                 : "k is %lld, but has to be at most 1,000,000\nhelp: ask "
+                   "for fewer results", k);
+        raise_code(KEEL_EINVAL, msg);
+        return -1;
+    }
+    if (ef > UINT32_MAX)
+        ef = UINT32_MAX; /* keel refuses it with its own message */
+    s->k = (size_t)k;
+    s->p.ef = (uint32_t)ef;
+    if (a[3] && a[3] != Py_None) {
+        if (!(s->allowed = get_ids(a[3], fn, -1)))
+            return -1;
+        npy_intp n = PyArray_DIM(s->allowed, 0);
+        s->p.allowed = n ? PyArray_DATA(s->allowed) : no_ids;
+        s->p.n_allowed = (size_t)n;
+    }
+    return 0;
+}
+
+/* Splits n keel_results into two new arrays of shape dims, padding rows
+** past got[i] with UINT64_MAX and inf. got NULL means dims[0] results. */
+static PyObject *
+split_results(const keel_result *r, const size_t *got, int nd, npy_intp *dims)
+{
+    PyArrayObject *ids = (PyArrayObject *)PyArray_SimpleNew(nd, dims,
+                                                            NPY_UINT64);
+    PyArrayObject *dist = (PyArrayObject *)PyArray_SimpleNew(nd, dims,
+                                                             NPY_FLOAT32);
+    if (!ids || !dist) {
+        Py_XDECREF(ids);
+        Py_XDECREF(dist);
+        return NULL;
+    }
+    uint64_t *ip = PyArray_DATA(ids);
+    float *dp = PyArray_DATA(dist);
+    npy_intp rows = nd == 2 ? dims[0] : 1, k = dims[nd - 1];
+    for (npy_intp i = 0; i < rows; i++) {
+        npy_intp valid = got ? (npy_intp)got[i] : k;
+        const keel_result *row = r + i * k;
+        for (npy_intp j = 0; j < valid; j++) {
+            ip[i * k + j] = row[j].id;
+            dp[i * k + j] = row[j].distance;
+        }
+        for (npy_intp j = valid; j < k; j++) {
+            ip[i * k + j] = UINT64_MAX;
+            dp[i * k + j] = INFINITY;
+        }
+    }
+    return Py_BuildValue("(NN)", ids, dist);
+}
+
+static PyObject *
+index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    PyObject *query, *res = NULL;
+    search_args s;
+    keel_result stack[32], *out = stack;
+    if (parse_search(0, args, nargs, kwnames, &query, &s))
+        return NULL;
+    PyArrayObject *q = get_vectors(self, query, 0, "search");
+    if (!q)
+        goto done;
+    if (s.k > sizeof stack / sizeof *stack &&
+        !(out = PyMem_Malloc(s.k * sizeof *out))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (enter(self))
+        goto done;
+    const float *qp = PyArray_DATA(q);
+    size_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_search(self->idx, qp, s.k, &s.p, out, &n);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc) {
+        raise_keel(rc, 0);
+        goto done;
+    }
+    npy_intp dims[1] = {(npy_intp)n};
+    res = split_results(out, NULL, 1, dims);
+done:
+    if (out && out != stack)
+        PyMem_Free(out);
+    Py_XDECREF(q);
+    Py_XDECREF(s.allowed);
+    return res;
+}
+
+static PyObject *
+index_search_batch(IndexObject *self, PyObject *const *args,
+                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *queries, *res = NULL;
+    search_args s;
+    keel_result *out = NULL;
+    size_t *got = NULL;
+    if (parse_search(1, args, nargs, kwnames, &queries, &s))
+        return NULL;
+    PyArrayObject *q = get_vectors(self, queries, 1, "search_batch");
+    if (!q)
+        goto done;
+    npy_intp nq = PyArray_DIM(q, 0);
+    if ((size_t)nq > SIZE_MAX / sizeof *out / s.k) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyMem_Malloc(nq ? (size_t)nq * s.k * sizeof *out : 1);
+    got = PyMem_Malloc(nq ? (size_t)nq * sizeof *got : 1);
+    if (!out || !got) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (enter(self))
+        goto done;
+    const float *qp = PyArray_DATA(q);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_search_batch(self->idx, qp, (size_t)nq, s.k, &s.p, out, got);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc) {
+        raise_keel(rc, 0);
+        goto done;
+    }
+    npy_intp dims[2] = {nq, (npy_intp)s.k};
+    res = split_results(out, got, 2, dims);
+done:
+    PyMem_Free(out);
+    PyMem_Free(got);
+    Py_XDECREF(q);
+    Py_XDECREF(s.allowed);
+    return res;
+}
+
+static PyObject *
+index_get(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+    if (get_id(arg, "get", &id) || enter(self))
+        return NULL;
+    npy_intp dim = (npy_intp)self->dim;
+    PyArrayObject *v = (PyArrayObject *)PyArray_SimpleNew(1, &dim,
+                                                          NPY_FLOAT32);
+    if (!v) {
+        leave(self);
+        return NULL;
+    }
+    float *vp = PyArray_DATA(v);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_get(self->idx, id, vp);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc) {
+        Py_DECREF(v);
+        return raise_keel(rc, 0);
+    }
+    return (PyObject *)v;
+}
+
+static int
+index_contains(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+    if (get_id(arg, "__contains__", &id)) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
+            !PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear(); /* not an id at all, or out of range: not in it */
+        return 0;
+    }
+    if (enter(self))
+        return -1;
+    float *buf = PyMem_Malloc(self->dim * sizeof *buf);
+    if (!buf) {
+        leave(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_get(self->idx, id, buf);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    PyMem_Free(buf);
+    if (rc == KEEL_ENOTFOUND)
+        return 0;
+    if (rc) {
+        raise_keel(rc, 0);
+        return -1;
+    }
+    return 1;
+}
+
+static Py_ssize_t
+index_len(IndexObject *self)
+{
+    if (enter(self))
+        return -1;
+    uint64_t n = keel_count(self->idx);
+    leave(self);
+    return (Py_ssize_t)n;
+}
+
+static PyObject *
+index_stats(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self))
+        return NULL;
+    keel_stats st;
+    int rc = keel_stat(self->idx, &st);
+    leave(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    return Py_BuildValue(
+        "{sIsssssIsKsKsKsKsIsIsIsKsKsKsO}",
+        "dimensions", st.dim,
+        "metric", metric_names[st.metric <= KEEL_IP ? st.metric : 0],
+        "precision", precision_names[st.precision <= KEEL_F16 ? st.precision
+                                                                : 0],
+        "max_connections", st.max_connections,
+        "count", (unsigned long long)st.count,
+        "deleted", (unsigned long long)st.deleted,
+        "slots", (unsigned long long)st.slots,
+        "next_id", (unsigned long long)st.next_id,
+        "max_level", st.max_level,
+        "segments", st.segments,
+        "heap_chunks", st.heap_chunks,
+        "file_bytes", (unsigned long long)st.file_bytes,
+        "allocated_bytes", (unsigned long long)st.allocated_bytes,
+        "snapshot", (unsigned long long)st.snapshot,
+        "read_only", st.is_reader ? Py_True : Py_False);
+}
+
+/* --- attributes ---------------------------------------------------------- */
+
+static PyObject *
+get_dimensions(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLong(self->dim);
+}
+
+static PyObject *
+get_metric(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(metric_names[self->metric]);
+}
+
+static PyObject *
+get_precision(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(precision_names[self->precision]);
+}
+
+static PyObject *
+get_path(IndexObject *self, void *closure)
+{
+    (void)closure;
+    Py_INCREF(self->path);
+    return self->path;
+}
+
+static PyObject *
+get_read_only(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->reader);
+}
+
+static PyObject *
+get_closed(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->idx == NULL);
+}
+
+static PyGetSetDef index_getset[] = {
+    {"dimensions", (getter)get_dimensions, NULL,
+     "Length of the vectors (int).", NULL},
+    {"metric", (getter)get_metric, NULL,
+     "Distance: 'l2', 'cosine' or 'ip'.", NULL},
+    {"precision", (getter)get_precision, NULL,
+     "Stored precision: 'f32' or 'f16'.", NULL},
+    {"path", (getter)get_path, NULL, "Path of the index file.", NULL},
+    {"read_only", (getter)get_read_only, NULL,
+     "True for a reader handle.", NULL},
+    {"closed", (getter)get_closed, NULL, "True once closed.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+#define FAST (METH_FASTCALL | METH_KEYWORDS)
+
+static PyMethodDef index_methods[] = {
+    {"_open", (PyCFunction)index_open, METH_VARARGS,
+     "_open(path, dim, metric, precision, M, ef_construction, ef_search, "
+     "threads, flags, reader): internal; use VectorIndex or IndexReader."},
+    {"close", (PyCFunction)index_close, METH_NOARGS,
+     "close()\n--\n\nClose the handle; unflushed changes are lost. Calling "
+     "it again does nothing."},
+    {"add", (PyCFunction)(void (*)(void))index_add, FAST,
+     "add(vector, id=None)\n--\n\nAdd one vector (dimensions floats) and "
+     "return its id: the given one, or the next automatic id."},
+    {"add_batch", (PyCFunction)(void (*)(void))index_add_batch, FAST,
+     "add_batch(vectors, ids=None)\n--\n\nAdd the rows of a 2-D array as "
+     "one step (all or none); return their ids as a uint64 array."},
+    {"delete", (PyCFunction)index_delete, METH_O,
+     "delete(id)\n--\n\nDelete the live vector with this id (durable at "
+     "the next flush)."},
+    {"flush", (PyCFunction)index_flush, METH_NOARGS,
+     "flush()\n--\n\nCommit every add and delete since the last flush."},
+    {"compact", (PyCFunction)index_compact, METH_NOARGS,
+     "compact()\n--\n\nFlush, then rewrite the live vectors into a new file "
+     "and swap it in."},
+    {"warm", (PyCFunction)index_warm, METH_NOARGS,
+     "warm()\n--\n\nStart reading the index into memory in the background; "
+     "returns at once."},
+    {"refresh", (PyCFunction)index_refresh, METH_NOARGS,
+     "refresh()\n--\n\nReader: take a new snapshot of the last flush now. "
+     "Does nothing on a writer."},
+    {"search", (PyCFunction)(void (*)(void))index_search, FAST,
+     "search(query, k=10, ef=None, allowed=None)\n--\n\nThe k nearest "
+     "vectors to one query: (ids uint64, distances float32), nearest "
+     "first."},
+    {"search_batch", (PyCFunction)(void (*)(void))index_search_batch, FAST,
+     "search_batch(queries, k=10, ef=None, allowed=None)\n--\n\nSearch each "
+     "row of a 2-D array: (ids, distances) of shape (n, k); short rows are "
+     "padded with 2**64-1 and inf."},
+    {"get", (PyCFunction)index_get, METH_O,
+     "get(id)\n--\n\nThe stored vector of a live id (float32 array)."},
+    {"stats", (PyCFunction)index_stats, METH_NOARGS,
+     "stats()\n--\n\nFacts about the index as a dict."},
+    {"check", (PyCFunction)index_check, METH_NOARGS,
+     "check()\n--\n\nVerify the last commit; raise CorruptIndexError if "
+     "damaged."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods index_as_sequence = {
+    .sq_length = (lenfunc)index_len,
+    .sq_contains = (objobjproc)index_contains,
+};
+
+static PyTypeObject IndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "keel._keel.Index",
+    .tp_basicsize = sizeof(IndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A keel index handle (base of keel.VectorIndex).",
+    .tp_new = index_new,
+    .tp_dealloc = (destructor)index_dealloc,
+    .tp_traverse = (traverseproc)index_traverse,
+    .tp_weaklistoffset = offsetof(IndexObject, weakrefs),
+    .tp_methods = index_methods,
+    .tp_getset = index_getset,
+    .tp_as_sequence = &index_as_sequence,
+};
+
+/* --- module -------------------------------------------------------------- */
+
+/* _setup(classes, index_not_found, helpers): classes is a sequence of 14
+** exception classes indexed by keel code ([0] = keel.Error). */
+static PyObject *
+module_setup(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *classes, *inf, *helpers;
+    if (!PyArg_ParseTuple(args, "OOO:_setup", &classes, &inf, &helpers))
+        return NULL;
+    PyObject *seq = PySequence_Fast(classes, "classes must be a sequence");
+    if (!seq)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != KEEL_EVERSION + 1) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "_setup needs one class per code");
+        return NULL;
+    }
+    for (int i = 0; i <= KEEL_EVERSION; i++) {
+        PyObject *c = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(c);
+        Py_XSETREF(err_class[i], c);
+    }
+    Py_DECREF(seq);
+    Py_INCREF(inf);
+    Py_XSETREF(index_not_found, inf);
+    static const struct {
+        PyObject **slot;
+        const char *name;
+    } hs[] = {{&h_vectors, "vectors"}, {&h_ids, "ids"}, {&h_id, "one_id"},
+              {&h_count, "count"}, {&h_keyword, "bad_keyword"}};
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) {
+        PyObject *f = PyObject_GetAttrString(helpers, hs[i].name);
+        if (!f)
+            return NULL;
+        Py_XSETREF(*hs[i].slot, f);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+module_strerror(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    long rc = PyLong_AsLong(arg);
+    if (rc == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(keel_strerror((int)rc));
+}
+
+static PyMethodDef module_methods[] = {
+    {"_setup", module_setup, METH_VARARGS, "Internal: connect the Python "
+     "layer (exception classes and input helpers)."},
+    {"strerror", module_strerror, METH_O, "strerror(code)\n--\n\nkeel's short "
+     "description of an error code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef keel_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "keel._keel",
+    .m_doc = "C extension of keel; use the keel package.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__keel(void)
+{
+    import_array();
+    if (PyType_Ready(&IndexType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&keel_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&IndexType);
+    if (PyModule_AddObject(m, "Index", (PyObject *)&IndexType) < 0) {
+        Py_DECREF(&IndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddStringConstant(m, "KEEL_VERSION", KEEL_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "KEEL_VERSION_NUMBER",
+                                keel_libversion_number()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    static int forked_hook;
+    if (!forked_hook++)
+        pthread_atfork(NULL, NULL, after_fork_child);
+    return m;
+}

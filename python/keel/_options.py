@@ -1,0 +1,169 @@
+"""_options.py -- keel.IndexOptions: the options of an index handle.
+
+Names and defaults are fixed by PRODUCT.md section 5. Unknown names are
+refused with a suggestion, including the names other libraries use (M, ef,
+space, ...). The object remembers which fields were given explicitly, so an
+existing index can be opened with, say, only ef_search and keep its own
+metric and precision.
+"""
+
+import inspect
+
+from . import _coerce
+
+FIELDS = ("max_connections", "ef_construction", "ef_search", "metric",
+          "precision", "warm", "huge_pages", "threads")
+DEFAULTS = {"max_connections": 16, "ef_construction": 200, "ef_search": 64,
+            "metric": "l2", "precision": "f32", "warm": False,
+            "huge_pages": False, "threads": 0}
+
+METRICS = {"l2": "l2", "euclidean": "l2", "euclid": "l2",
+           "cosine": "cosine", "cos": "cosine", "angular": "cosine",
+           "ip": "ip", "dot": "ip", "inner_product": "ip",
+           "innerproduct": "ip"}
+METRIC_CODES = {"l2": 0, "cosine": 1, "ip": 2}
+PRECISIONS = {"f32": "f32", "float32": "f32", "full": "f32", "single": "f32",
+              "f16": "f16", "float16": "f16", "half": "f16"}
+PRECISION_CODES = {"f32": 0, "f16": 1}
+LIMITS = {"max_connections": (2, 32767), "ef_construction": (1, 100000),
+          "ef_search": (1, 100000), "threads": (0, 4096)}
+
+
+def _int_option(name, value):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("option %s takes an integer, not %s (%r)"
+                        % (name, type(value).__name__, value))
+    value = int(value.__index__())
+    lo, hi = LIMITS[name]
+    if not lo <= value <= hi:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(
+            "option %s is %d, but has to be between %d and %d\nhelp: the "
+            "default, %d, suits most indexes" % (name, value, lo, hi,
+                                                 DEFAULTS[name]))
+    return value
+
+
+def _name_option(name, value, table):
+    key = getattr(value, "name", value)  # numpy dtypes: np.dtype("float16")
+    if isinstance(value, type) and hasattr(value, "__name__"):
+        key = value.__name__           # np.float16
+    if not isinstance(key, str) or key.lower() not in table:
+        canon = sorted(set(table.values()))
+        raise ValueError("option %s is %r, but has to be one of %s\nhelp: "
+                         "also accepted: %s" % (name, value, ", ".join(canon),
+                                                ", ".join(sorted(table))))
+    return table[key.lower()]
+
+
+class IndexOptions:
+    """Options of an index handle.
+
+    IndexOptions(max_connections=16, ef_construction=200, ef_search=64,
+                 metric="l2", precision="f32", warm=False,
+                 huge_pages=False, threads=0)
+
+    metric, precision and max_connections are fixed when the file is
+    created; the others belong to the handle. metric: "l2" (Euclidean),
+    "cosine" or "ip" (inner product). precision: "f32" or "f16".
+    """
+
+    __slots__ = FIELDS + ("_given",)
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > len(FIELDS):
+            raise TypeError("IndexOptions() takes at most %d positional "
+                            "arguments (%d given)" % (len(FIELDS), len(args)))
+        given = dict(zip(FIELDS, args))
+        for name, value in kwargs.items():
+            if name not in FIELDS:
+                raise TypeError("unknown option %r%s\nhelp: the options are "
+                                "%s" % (name, _coerce.suggest(name, FIELDS),
+                                        ", ".join(FIELDS)))
+            if name in given:
+                raise TypeError("IndexOptions() got multiple values for %r"
+                                % name)
+            given[name] = value
+        for name in FIELDS:
+            setattr(self, name, DEFAULTS[name])
+        for name, value in given.items():
+            setattr(self, name, value)
+        self._given = frozenset(given)
+
+    def __setattr__(self, name, value):
+        if name in LIMITS:
+            value = _int_option(name, value)
+        elif name == "metric":
+            value = _name_option(name, value, METRICS)
+        elif name == "precision":
+            value = _name_option(name, value, PRECISIONS)
+        elif name in ("warm", "huge_pages"):
+            if not isinstance(value, bool) and value not in (0, 1):
+                raise TypeError("option %s takes True or False, not %r"
+                                % (name, value))
+            value = bool(value)
+        elif name != "_given":
+            raise AttributeError("unknown option %r%s" % (
+                name, _coerce.suggest(name, FIELDS)))
+        object.__setattr__(self, name, value)
+        if name != "_given" and hasattr(self, "_given"):
+            object.__setattr__(self, "_given", self._given | {name})
+
+    def given(self, name):
+        """True if the field was set explicitly rather than defaulted."""
+        return name in self._given
+
+    def replace(self, **changes):
+        """A copy with some fields changed."""
+        new = IndexOptions.__new__(IndexOptions)
+        for name in FIELDS:
+            object.__setattr__(new, name, getattr(self, name))
+        object.__setattr__(new, "_given", self._given)
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
+
+    def as_dict(self):
+        """The fields as a dict."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def __eq__(self, other):
+        if not isinstance(other, IndexOptions):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "IndexOptions(%s)" % ", ".join(
+            "%s=%r" % (n, getattr(self, n)) for n in FIELDS)
+
+    @classmethod
+    def coerce(cls, options, extra=None):
+        """options (None, an IndexOptions or a dict) plus keyword options
+        as a new IndexOptions."""
+        if options is None:
+            opts = cls()
+        elif isinstance(options, IndexOptions):
+            opts = options.replace()
+        elif isinstance(options, dict):
+            opts = cls(**options)
+        else:
+            raise TypeError("options has to be a keel.IndexOptions or a dict,"
+                            " not %s" % type(options).__name__)
+        for name, value in (extra or {}).items():
+            if name not in FIELDS:
+                raise TypeError("unknown option %r%s\nhelp: the options are "
+                                "%s" % (name, _coerce.suggest(name, FIELDS),
+                                        ", ".join(FIELDS)))
+            setattr(opts, name, value)
+        return opts
+
+    def flags(self):
+        """keel_options.flags: KEEL_WARM (1) | KEEL_HUGE_PAGES (2)."""
+        return (1 if self.warm else 0) | (2 if self.huge_pages else 0)
+
+
+IndexOptions.__signature__ = inspect.Signature(
+    [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                       default=DEFAULTS[n]) for n in FIELDS])

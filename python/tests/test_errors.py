@@ -1,0 +1,260 @@
+"""test_errors.py -- one test per keel error code, and the mistakes caught
+in Python terms before keel sees them."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import keel
+from conftest import subprocess_env
+
+
+def raises(cls, builtin, fn, *args, **kwargs):
+    """fn(*args) raises cls (a keel.Error and a builtin) with a help line."""
+    with pytest.raises(cls) as info:
+        fn(*args, **kwargs)
+    e = info.value
+    assert isinstance(e, keel.Error) and isinstance(e, builtin)
+    assert "\nhelp: " in str(e), str(e)
+    assert e.help and e.code == cls.code
+    return str(e)
+
+
+@pytest.fixture
+def index(path):
+    ix = keel.VectorIndex(path, 4)
+    ix.add_batch(np.eye(4))
+    ix.flush()
+    yield ix
+    ix.close()
+
+
+def test_every_code_has_a_class():
+    assert len(keel.BY_CODE) == 14
+    for code, cls in enumerate(keel.BY_CODE[1:], 1):
+        assert cls.code == code and issubclass(cls, keel.Error)
+        assert keel._keel.strerror(code) != "unknown error code"
+
+
+def test_einval(index):
+    v = np.ones(4, np.float32)
+    v[2] = np.nan
+    msg = raises(keel.InvalidArgumentError, ValueError, index.add, v)
+    assert "NaN at component 2" in msg
+    batch = np.ones((3, 4))
+    batch[1, 3] = np.inf
+    msg = raises(keel.InvalidArgumentError, ValueError, index.add_batch, batch)
+    assert "vector 1 of the batch" in msg
+    raises(keel.InvalidArgumentError, ValueError, index.search, v)
+    raises(keel.InvalidArgumentError, ValueError, index.search, np.ones(4),
+           k=0)
+    raises(keel.InvalidArgumentError, ValueError, index.search, np.ones(4),
+           ef=10**6)
+    raises(keel.InvalidArgumentError, ValueError, index.add, np.ones(4),
+           id=2**64 - 1)
+    raises(keel.InvalidArgumentError, ValueError, index.add_batch,
+           np.ones((2, 4)), ids=[20, 20])
+    raises(keel.InvalidArgumentError, ValueError, index.get, -1)
+    raises(keel.InvalidArgumentError, ValueError, index.add_batch,
+           np.ones((1, 4)), ids=[-5])
+    raises(keel.InvalidArgumentError, ValueError, keel.IndexOptions,
+           max_connections=1)
+    raises(keel.InvalidArgumentError, ValueError, keel.VectorIndex,
+           index.path + "2", 5000)
+
+
+def test_edim(index, path):
+    raises(keel.DimensionMismatchError, ValueError, index.add, np.ones(5))
+    raises(keel.DimensionMismatchError, ValueError, index.search_batch,
+           np.ones((2, 3)))
+    index.close()
+    msg = raises(keel.DimensionMismatchError, ValueError, keel.VectorIndex,
+                 path, 8)
+    assert "4 dimensions, not 8" in msg
+    raises(keel.DimensionMismatchError, ValueError, keel.VectorIndex, path,
+           8, read_only=True)
+
+
+def test_eoptions(index, path):
+    index.close()
+    msg = raises(keel.OptionsMismatchError, ValueError, keel.VectorIndex,
+                 path, 4, metric="cosine", precision="f32")
+    assert "metric l2, not cosine" in msg
+    raises(keel.OptionsMismatchError, ValueError, keel.VectorIndex, path, 4,
+           max_connections=8)
+    raises(keel.OptionsMismatchError, ValueError, keel.IndexReader, path,
+           metric="ip")
+
+
+def test_enotfound(index, tmp_path):
+    missing = str(tmp_path / "missing.keel")
+    msg = raises(keel.IndexNotFoundError, FileNotFoundError, keel.IndexReader,
+                 missing)
+    assert missing in msg
+    assert isinstance(keel.IndexNotFoundError(""), keel.NotFoundError)
+    raises(keel.IndexNotFoundError, FileNotFoundError, keel.VectorIndex,
+           str(tmp_path / "no" / "dir.keel"), 4)
+    for fn in (index.get, index.delete):
+        with pytest.raises(keel.IdNotFoundError) as info:
+            fn(99)
+        e = info.value
+        assert isinstance(e, KeyError) and isinstance(e, keel.NotFoundError)
+        assert not isinstance(e, FileNotFoundError)
+        assert "help: " in str(e) and str(e).startswith("no live vector")
+
+
+def test_enotindex(tmp_path):
+    p = tmp_path / "text.keel"
+    p.write_text("id,vector\n1,0.5 0.25\n")
+    raises(keel.NotAnIndexError, ValueError, keel.IndexReader, p)
+    raises(keel.NotAnIndexError, ValueError, keel.VectorIndex, p, 4)
+    assert p.read_text() == "id,vector\n1,0.5 0.25\n"
+
+
+def test_eexist(index):
+    msg = raises(keel.IdInUseError, ValueError, index.add, np.ones(4), id=2)
+    assert "id 2 is already in use" in msg
+    raises(keel.IdInUseError, ValueError, index.add_batch, np.ones((2, 4)),
+           ids=[50, 1])
+
+
+def test_elocked(index, path):
+    raises(keel.IndexLockedError, OSError, keel.VectorIndex, path, 4)
+    with keel.IndexReader(path) as reader:     # readers are fine
+        assert len(reader) == 4
+
+
+def test_ereadonly(index, path):
+    with keel.IndexReader(path) as reader:
+        for call in (lambda: reader.add(np.ones(4)),
+                     lambda: reader.add_batch(np.ones((1, 4))),
+                     lambda: reader.delete(0), reader.flush, reader.compact):
+            msg = raises(keel.ReadOnlyError, OSError, call)
+            assert "reader" in msg
+        assert isinstance(keel.ReadOnlyError(""), ValueError)
+
+
+def _damaged_copy(index, tmp_path, name, change):
+    index.close()
+    data = bytearray(open(index.path, "rb").read())
+    change(data)
+    out = tmp_path / name
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_ecorrupt(index, tmp_path):
+    def flip_both_headers(data):
+        data[100] ^= 1
+        data[65536 + 100] ^= 1
+    p = _damaged_copy(index, tmp_path, "bad.keel", flip_both_headers)
+    raises(keel.CorruptIndexError, OSError, keel.IndexReader, p)
+    raises(keel.CorruptIndexError, OSError, keel.VectorIndex, p, 4)
+
+
+def test_eversion(index, tmp_path):
+    def newer(data):                  # read_version 2 in both copies
+        data[8:12] = (2).to_bytes(4, "little")
+        data[65536 + 8:65536 + 12] = (2).to_bytes(4, "little")
+    p = _damaged_copy(index, tmp_path, "new.keel", newer)
+    msg = raises(keel.VersionError, ValueError, keel.IndexReader, p)
+    assert "newer keel" in msg
+
+
+def test_efull(index):
+    # No room for more automatic ids after the largest possible id.
+    index.add(np.ones(4), id=2**64 - 2)
+    msg = raises(keel.IndexFullError, OSError, index.add, np.ones(4))
+    assert "automatic id" in msg
+    raises(keel.IndexFullError, OSError, index.add_batch, np.ones((2, 4)))
+
+
+def test_eio(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    raises(keel.IndexIOError, OSError, keel.VectorIndex, f / "x.keel", 4)
+
+
+def test_enomem(index):
+    # In a child with a capped address space, an allow-list of 8M ids needs
+    # a 256 MiB set that keel cannot allocate.
+    script = textwrap.dedent("""
+        import resource, numpy as np, keel
+        ix = keel.IndexReader(%r)
+        allowed = np.arange(8_000_000, dtype=np.uint64)
+        ix.search(np.ones(4), k=1, allowed=[1])
+        pages = int(open("/proc/self/statm").read().split()[0])
+        limit = pages * resource.getpagesize() + (96 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            ix.search(np.ones(4), k=1, allowed=allowed)
+        except keel.OutOfMemoryError as e:
+            assert isinstance(e, MemoryError) and "help: " in str(e)
+            print("ENOMEM", e.code)
+    """ % index.path)
+    out = subprocess.run([sys.executable, "-c", script], env=subprocess_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ENOMEM 12", out.stderr
+
+
+# --- mistakes caught in Python terms ------------------------------------
+
+
+def test_two_d_array_where_one_vector_belongs(index):
+    with pytest.raises(ValueError, match="search_batch"):
+        index.search(np.ones((2, 4)))
+    with pytest.raises(ValueError, match="add_batch"):
+        index.add(np.ones((1, 4)))
+    with pytest.raises(ValueError, match="reshape"):
+        index.add_batch(np.ones(4))
+    with pytest.raises(ValueError, match="2-D"):
+        index.search_batch(np.ones((2, 2, 4)))
+
+
+def test_wrong_types(index):
+    with pytest.raises(TypeError, match="k=10"):
+        index.search(np.ones(4), k=10.0)
+    with pytest.raises(TypeError, match="integer"):
+        index.search(np.ones(4), k="10")
+    with pytest.raises(TypeError, match="integer"):
+        index.search(np.ones(4), ef=1.5)
+    with pytest.raises(TypeError, match="integer id, not str"):
+        index.get("cat")
+    with pytest.raises(TypeError, match="integer id"):
+        index.add(np.ones(4), id=1.0)
+    with pytest.raises(TypeError, match="integer id, not a bool"):
+        index.delete(True)
+    with pytest.raises(TypeError, match="integers"):
+        index.search(np.ones(4), allowed=["a", "b"])
+    with pytest.raises(TypeError, match="integers"):
+        index.add_batch(np.ones((2, 4)), ids=np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="numbers"):
+        index.add(["a", "b", "c", "d"])
+    with pytest.raises(TypeError, match="numbers"):
+        index.search("1234")
+    with pytest.raises(ValueError, match="3 ids for 2 vectors"):
+        index.add_batch(np.ones((2, 4)), ids=[7, 8, 9])
+    with pytest.raises(TypeError, match="dimensions"):
+        keel.VectorIndex(index.path + "x", 4.0)
+    with pytest.raises(TypeError, match="path"):
+        keel.VectorIndex(42, 4)
+
+
+def test_unknown_keywords_suggest_the_right_name(index):
+    with pytest.raises(TypeError, match="did you mean ef\\?"):
+        index.search(np.ones(4), ef_search=10)
+    with pytest.raises(TypeError, match="did you mean k\\?"):
+        index.search(np.ones(4), top_k=10)
+    with pytest.raises(TypeError, match="did you mean allowed\\?"):
+        index.search_batch(np.ones((1, 4)), filter=[1])
+    with pytest.raises(TypeError, match="did you mean allowed\\?"):
+        index.search(np.ones(4), alowed=[1])
+    with pytest.raises(TypeError, match="multiple values"):
+        index.search(np.ones(4), 5, k=5)
+    with pytest.raises(TypeError, match="missing required argument"):
+        index.search(k=5)
+    with pytest.raises(TypeError, match="at most"):
+        index.search(np.ones(4), 5, 5, None, 1)
