@@ -43,7 +43,7 @@ TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib cli test asan tsan check install clean deps demo python test-python
+.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -83,6 +83,10 @@ tsan:
 	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 build/tsan/libkeel.a \
 	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+
+# Thousands of process kills per variant (the test suite runs 70 each).
+crash-long: $(BUILD)/test/test_crash
+	KEEL_CRASH_ROUNDS=$${KEEL_CRASH_ROUNDS:-2000} $(BUILD)/test/test_crash
 
 PYTHON ?= /usr/bin/python3
 

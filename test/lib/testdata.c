@@ -173,3 +173,27 @@ td_l2sq(const float *a, const float *b, uint32_t dim)
         s += ((double)a[c] - b[c]) * ((double)a[c] - b[c]);
     return s;
 }
+
+static double
+unit_hash(uint64_t a, uint64_t b)
+{
+    uint64_t z = a * 0x9E3779B97F4A7C15ull + b * 0xD1B54A32D192ED03ull + 7;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-52 - 1.0;
+}
+
+void
+td_vec_embed(uint64_t id, uint32_t dim, float *out)
+{
+    double z[8];
+    for (int j = 0; j < 8; j++)
+        z[j] = unit_hash(id, (uint64_t)j);
+    for (uint32_t c = 0; c < dim; c++) {
+        double x = 0.01 * unit_hash(id, 1000 + (uint64_t)c);
+        for (int j = 0; j < 8; j++)
+            x += unit_hash(0xABCDEF + c, (uint64_t)j) * z[j];
+        out[c] = (float)x;
+    }
+}

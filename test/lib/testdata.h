@@ -50,6 +50,12 @@ int td_write_file(const char *path, const void *data, size_t len);
 /* The vector a test gives id `id`: a fixed function of the id, so any
 ** process can check a result's distance without sharing data. */
 void td_vec_of(uint64_t id, uint32_t dim, float *out);
+/* Like td_vec_of, but with the structure of real embeddings: a point of 8
+** random coordinates carried into dim dimensions by a fixed linear map, plus
+** a little noise. High-dimensional random vectors have "anti-hubs" no graph
+** links to; data of low intrinsic dimension, like real embeddings, has
+** none, so tests can demand that every vector finds itself. */
+void td_vec_embed(uint64_t id, uint32_t dim, float *out);
 /* Squared Euclidean distance, in double. */
 double td_l2sq(const float *a, const float *b, uint32_t dim);
 #endif /* KEEL_TESTDATA_H */
