@@ -10,8 +10,9 @@
 **   keel_search_batch, keel_get, keel_count, keel_dim) run concurrently with
 **   each other and, on a writer, with adds, deletes and flushes on the same
 **   handle: writes are serialized among themselves, searches take no lock
-**   that a write holds. keel_compact and keel_close must not race other
-**   calls on the same handle (compact waits for searches in flight).
+**   that a write holds. During keel_compact, searches go on against the
+**   old file until the new one is swapped in (the swap waits for searches
+**   in flight). keel_close must not race other calls on the same handle.
 **   A handle must not be used in a child process after fork(); the child may
 **   only keel_close it, which releases what the child holds and nothing else.
 **
@@ -167,7 +168,9 @@ int keel_search(keel_index *idx, const float *query, size_t k,
                 const keel_search_params *p, keel_result *out, size_t *n_out);
 
 /* Searches nq queries (nq * dim floats). Row i of out (k entries) holds the
-** results of query i; n_out[i] how many of them are valid. */
+** results of query i; n_out[i] how many of them are valid. A large batch
+** without a filter callback runs on the handle's threads (keel_options
+** threads; 0 = every core); with a callback it runs on the calling thread. */
 int keel_search_batch(keel_index *idx, const float *queries, size_t nq,
                       size_t k, const keel_search_params *p, keel_result *out,
                       size_t *n_out);

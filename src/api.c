@@ -40,7 +40,7 @@ need_writer(keel_index *idx, const char *what)
         return KEEL_OK;
     return keel__fail(KEEL_EREADONLY,
                       "cannot %s: the index at %s was opened as a reader, "
-                      "which only searches\nhelp: open it with keel_open to "
+                      "which only searches\nhelp: open it as a writer to "
                       "write it; an index has one writer at a time, and "
                       "readers search while it writes", what, idx->path);
 }
@@ -385,7 +385,7 @@ ids_exhausted(const keel_index *idx)
     return keel__fail(KEEL_EFULL,
                       "the index at %s has used every automatic id up to "
                       "18446744073709551614\nhelp: add vectors with your own "
-                      "ids (keel_add_with_id)", idx->path);
+                      "ids", idx->path);
 }
 
 /* Writes n vectors (checked) into new slots and links them; all or none. */
@@ -615,7 +615,46 @@ check_search_args(keel_index *idx, const char *fn, const void *q, size_t k,
     return KEEL_OK;
 }
 
-/* Runs nq searches under one shared lock and one view. */
+/* A batch of queries shared by threads: each takes the next query. */
+typedef struct search_job {
+    keel_index *idx;
+    const keel_view *view;
+    const keel_accept *acc;
+    const float *queries;
+    size_t nq, k;
+    uint32_t ef;
+    keel_result *out;
+    size_t *n_out;
+    size_t next;              /* atomic */
+    int rc;                   /* first failure (atomic) */
+} search_job;
+
+static void *
+search_worker(void *arg)
+{
+    search_job *j = arg;
+    keel_index *idx = j->idx;
+    keel_search_ctx *c = keel__ctx_get(idx);
+    int rc = c ? KEEL_OK : KEEL_ENOMEM;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->nq || rc)
+            break;
+        const float *q = prep_query(idx, j->queries + i * idx->dim, c->vbuf);
+        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef, j->acc,
+                              j->out + i * j->k, &j->n_out[i]);
+    }
+    keel__ctx_put(idx, c);
+    if (rc) {
+        int zero = 0;
+        __atomic_compare_exchange_n(&j->rc, &zero, rc, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* Runs nq searches under one shared lock and one view; a batch of many
+** queries without a callback filter runs on the handle's threads. */
 static int
 search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             const keel_search_params *p, keel_result *out, size_t *n_out,
@@ -638,19 +677,24 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             return rc;
         acc.allowed = &set;
     }
-    uint32_t ef = p && p->ef ? p->ef : idx->ef_search;
     pthread_rwlock_rdlock(&idx->swap_lock);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
-    keel_search_ctx *c = rc ? NULL : keel__ctx_get(idx);
-    if (!rc && !c)
-        rc = KEEL_ENOMEM;
-    for (size_t i = 0; i < nq && !rc; i++) {
-        const float *q = prep_query(idx, queries + i * idx->dim, c->vbuf);
-        rc = keel__search_knn(idx->gr, &v, c, q, k, ef, &acc, out + i * k,
-                              &n_out[i]);
+    search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
+                      .nq = nq, .k = k, .out = out, .n_out = n_out,
+                      .ef = p && p->ef ? p->ef : idx->ef_search};
+    uint32_t threads = acc.filter ? 1 : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
+    pthread_t tid[64];
+    uint32_t started = 0;
+    for (uint32_t t = 1; !rc && t < threads && t <= 64; t++)
+        if (pthread_create(&tid[started], NULL, search_worker, &job) == 0)
+            started++;
+    if (!rc) {
+        search_worker(&job);
+        for (uint32_t t = 0; t < started; t++)
+            pthread_join(tid[t], NULL);
+        rc = job.rc;
     }
-    keel__ctx_put(idx, c);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__idset_free(&set);
     if (rc == KEEL_ENOMEM)

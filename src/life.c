@@ -115,7 +115,7 @@ keel_compact(keel_index *idx)
         return keel__fail(KEEL_EREADONLY,
                           "cannot compact: the index at %s was opened as a "
                           "reader\nhelp: compact through the writer "
-                          "(keel_open)", idx->path);
+                          "instead", idx->path);
     pthread_mutex_lock(&idx->write_lock);
     keel_store *old = idx->st, *nw = NULL;
     keel_graph *ngr = NULL;

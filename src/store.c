@@ -961,7 +961,7 @@ open_fail_errno(int err, const char *path)
     if (err == -ENOENT)
         return keel__fail(KEEL_ENOTFOUND,
                           "there is no index at %s\n"
-                          "help: check the path; a writer (keel_open) creates "
+                          "help: check the path; opening it as a writer creates "
                           "the index, a reader needs an existing one", path);
     if (err == -EISDIR)
         return keel__fail(KEEL_EINVAL,
@@ -1005,7 +1005,7 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
                                   "elsewhere, in this process or another\n"
                                   "help: an index has one writer at a time; "
                                   "close the other writer, or open a reader "
-                                  "(keel_open_reader) to search while it "
+                                  "to search while it "
                                   "writes", path);
             return io_fail(err, "locking", path);
         }
@@ -1056,7 +1056,7 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
         if (st->work.write_version > KEEL_FORMAT_VERSION) {
             rc = keel__fail(KEEL_EVERSION,
                             "%s was written by a newer keel (write version "
-                            "%u)\nhelp: open it with keel_open_reader to "
+                            "%u)\nhelp: open it as a reader to "
                             "search it, or write it with a newer keel", path,
                             st->work.write_version);
             goto fail;
@@ -1256,7 +1256,7 @@ keel__store_open_reader(const char *path, keel_store **out)
     if (fresh) {
         rc = keel__fail(KEEL_ENOTINDEX,
                         "%s is not a keel index yet (its creation did not "
-                        "finish)\nhelp: open it with keel_open to create it",
+                        "finish)\nhelp: open it as a writer to create it",
                         path);
         goto fail;
     }

@@ -417,6 +417,44 @@ TEST(not_an_index_and_truncated_files)
     free(v);
 }
 
+TEST(batch_search_rows_equal_single_searches)
+{
+    float *v = td_random(3000, DIM, 9), *q = td_random(200, DIM, 10);
+    keel_options o = {.threads = 4};
+    keel_index *idx = open_new("batch.keel", &o);
+    CHECK(idx);
+    CHECK_OK(keel_add_batch(idx, v, 3000, NULL, NULL));
+    keel_result *rows = malloc(200 * 10 * sizeof *rows);
+    size_t nrows[200];
+    uint64_t allow[50];
+    for (int i = 0; i < 50; i++)
+        allow[i] = (uint64_t)i * 37;
+    for (int filtered = 0; filtered < 2; filtered++) {
+        keel_search_params p = {.ef = 48};
+        if (filtered) {
+            p.allowed = allow;
+            p.n_allowed = 50;
+        }
+        CHECK_OK(keel_search_batch(idx, q, 200, 10, &p, rows, nrows));
+        for (int i = 0; i < 200; i++) {
+            keel_result one[10];
+            size_t n;
+            CHECK_OK(keel_search(idx, q + i * DIM, 10, &p, one, &n));
+            CHECK_EQ(n, nrows[i]);
+            for (size_t j = 0; j < n; j++)
+                CHECK(one[j].id == rows[i * 10 + j].id &&
+                      memcmp(&one[j].distance, &rows[i * 10 + j].distance, 4) == 0);
+        }
+    }
+    q[5 * DIM + 3] = NAN;
+    CHECK_ERR(keel_search_batch(idx, q, 200, 10, NULL, rows, nrows), KEEL_EINVAL);
+    CHECK_MSG_HAS("query 5 of the batch has NaN at component 3");
+    free(rows);
+    free(v);
+    free(q);
+    CHECK_OK(keel_close(idx));
+}
+
 TEST(errors_have_help_lines_and_codes_have_names)
 {
     for (int rc = KEEL_OK; rc <= KEEL_EVERSION; rc++)
