@@ -179,6 +179,18 @@ test_randf(uint64_t *state) /* uniform in [-1, 1) */
     return (float)((double)(test_rand(state) >> 11) * 0x1.0p-52 - 1.0);
 }
 
+/* Puts the test directory in /dev/shm when there is one and TMPDIR is not
+** set: for tests that write thousands of small files or sync a lot, where
+** the disk would only cost time. */
+#define TEST_PREFER_MEMORY_FS()                                             \
+    __attribute__((constructor)) static void test_prefer_memory_fs(void)   \
+    {                                                                       \
+        struct stat st_;                                                    \
+        if (!getenv("TMPDIR") && stat("/dev/shm", &st_) == 0 &&            \
+            S_ISDIR(st_.st_mode) && access("/dev/shm", W_OK) == 0)          \
+            setenv("TMPDIR", "/dev/shm", 0);                                \
+    }
+
 #define TEST_MAIN()                                                         \
     int main(int argc, char **argv)                                         \
     {                                                                       \

@@ -35,16 +35,8 @@
 #define MAXID 400
 #define SECTOR 512
 
-/* Thousands of small image files: keep them in memory when the system has a
-** memory file system. */
-__attribute__((constructor)) static void
-images_in_memory(void)
-{
-    struct stat st;
-    if (!getenv("TMPDIR") && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
-        access("/dev/shm", W_OK) == 0)
-        setenv("TMPDIR", "/dev/shm", 0);
-}
+/* Thousands of small image files: keep them in memory. */
+TEST_PREFER_MEMORY_FS()
 
 /* --- states -------------------------------------------------------------- */
 
