@@ -77,11 +77,17 @@ typedef enum { KEEL_F32 = 0, KEEL_F16 = 1 } keel_precision;
 /* keel_options.flags */
 #define KEEL_WARM       1u /* read the index into memory in the background */
 #define KEEL_HUGE_PAGES 2u /* ask for huge pages for committed vector pages */
+#define KEEL_FILE_OPTIONS 4u /* keel_open of an existing file keeps the file's
+                               metric, precision and M: the options' values
+                               for them apply only when it creates the file */
 
 /* Options for keel_open and keel_open_reader. NULL or all zero = defaults.
-** metric, precision and max_connections are fixed when the file is created;
-** a writer that names other values gets KEEL_EOPTIONS. ef_construction,
-** ef_search, threads and flags belong to the handle, not the file. */
+** metric, precision and max_connections are fixed when the file is created.
+** keel_open with options (opt not NULL) checks them against an existing
+** file: other values get KEEL_EOPTIONS, except max_connections 0 and the
+** KEEL_FILE_OPTIONS flag, which take the file's own. With opt NULL the file's
+** own are used. ef_construction, ef_search, threads and flags belong to the
+** handle, not the file. */
 typedef struct keel_options {
     keel_metric metric;       /* default KEEL_L2 */
     keel_precision precision; /* default KEEL_F32 */

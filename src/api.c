@@ -146,9 +146,9 @@ check_options(const keel_options *o)
     NEED(o->threads <= 4096,
          "threads is %u, but has to be at most 4,096\nhelp: 0 uses every core",
          o->threads);
-    NEED(!(o->flags & ~(KEEL_WARM | KEEL_HUGE_PAGES)),
-         "flags is 0x%x, which has unknown bits\nhelp: combine KEEL_WARM and "
-         "KEEL_HUGE_PAGES, or pass 0", o->flags);
+    NEED(!(o->flags & ~(KEEL_WARM | KEEL_HUGE_PAGES | KEEL_FILE_OPTIONS)),
+         "flags is 0x%x, which has unknown bits\nhelp: combine KEEL_WARM, "
+         "KEEL_HUGE_PAGES and KEEL_FILE_OPTIONS, or pass 0", o->flags);
     return KEEL_OK;
 }
 
@@ -262,7 +262,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         .M = opt && opt->max_connections ? opt->max_connections : 16,
         .metric = opt ? (int)opt->metric : KEEL_L2,
         .precision = opt ? (int)opt->precision : KEEL_F32,
-        .have_options = opt != NULL,
+        .have_options = opt != NULL && !(opt->flags & KEEL_FILE_OPTIONS),
     };
     keel_index *idx = index_new(path, opt, 1);
     if (!idx)

@@ -331,6 +331,13 @@ TEST(bad_input_through_the_api)
     CHECK_ERR(keel_open(test_path("bad.keel"), DIM, &cos, &idx), KEEL_EOPTIONS);
     keel_options m8 = {.max_connections = 8};
     CHECK_ERR(keel_open(test_path("bad.keel"), DIM, &m8, &idx), KEEL_EOPTIONS);
+    keel_options keep = {.metric = KEEL_COSINE, .max_connections = 8,
+                         .flags = KEEL_FILE_OPTIONS};
+    CHECK_OK(keel_open(test_path("bad.keel"), DIM, &keep, &idx));
+    keel_stats kst;
+    CHECK_OK(keel_stat(idx, &kst));
+    CHECK(kst.metric == KEEL_L2 && kst.max_connections == 16);
+    CHECK_OK(keel_close(idx));
     keel_options m1 = {.max_connections = 1};
     CHECK_ERR(keel_open(test_path("new.keel"), DIM, &m1, &idx), KEEL_EINVAL);
     CHECK_ERR(keel_open(test_path("new.keel"), 4097, NULL, &idx), KEEL_EINVAL);
