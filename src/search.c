@@ -440,11 +440,30 @@ exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         }
         return 0;
     }
-    for (uint64_t slot = 0; slot < v->count; slot++) {
-        if (!accepts(v, acc, (uint32_t)slot))
-            continue;
-        float d = keel__graph_dist(gr, q, keel__store_vec(gr->st, slot));
-        keep_best(c, k, keel__pack(d, (uint32_t)slot));
+    /* A callback knows its matches only when asked about every vector:
+     * walk the slot headers segment by segment, in file order. */
+    const keel_store *st = gr->st;
+    uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
+    for (uint32_t k2 = 0; k2 < nseg; k2++) {
+        const keel_segment *sg = &st->seg[k2];
+        uint64_t first = keel__seg_first_slot(&st->g, k2);
+        if (first >= v->count)
+            break;
+        uint64_t n = KEEL_MIN(v->count - first, sg->slots);
+        const uint64_t *hdr = (const uint64_t *)(const void *)
+            KEEL_LOAD_RELAXED(&sg->hdrs);
+        const uint8_t *vecs = KEEL_LOAD_RELAXED(&sg->vecs);
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t slot = first + i;
+            if (v->deleted && !keel__store_present(v, slot))
+                continue;
+            uint64_t id = KEEL_LOAD_RELAXED(&hdr[2 * i]);
+            if (acc->filter ? !acc->filter(id, acc->filter_arg)
+                            : !keel__idset_has(acc->allowed, id))
+                continue;
+            float d = keel__graph_dist(gr, q, vecs + i * st->g.vec_bytes);
+            keep_best(c, k, keel__pack(d, (uint32_t)slot));
+        }
     }
     return 0;
 }

@@ -188,6 +188,8 @@ keel__store_present(const keel_view *v, uint64_t slot)
     const keel_store *st = v->st;
     if (slot >= v->count)
         return 0;
+    if (v->deleted == 0)
+        return 1; /* nothing deleted, committed or pending, at this view */
     uint64_t epoch = v->epoch;
     if (st->writer && !v->as_committed) {
         uint64_t i;
