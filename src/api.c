@@ -419,11 +419,16 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         keel__store_heap_reset(st, heap_mark);
         return KEEL_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t id = ids ? ids[i] : first_auto + i;
-        keel__store_id_insert(st, id, first + i);
-        keel__store_note_id(st, id);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = keel__store_id_insert(st, ids ? ids[i] : first_auto + i, first + i);
+    if (rc) {
+        keel__ctx_put(idx, c);
+        keel__store_unreserve(st, next_slot);
+        keel__store_heap_reset(st, heap_mark);
+        return rc;
     }
+    for (size_t i = 0; i < n; i++)
+        keel__store_note_id(st, ids ? ids[i] : first_auto + i);
     rc = keel__build_link(&idx->builder, c, first, n,
                           n > 1 ? idx->threads : 1);
     keel__ctx_put(idx, c);

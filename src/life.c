@@ -69,7 +69,11 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     keel_view v;
     keel__store_view(old, &v);
     v.as_committed = 1;
-    uint64_t live = old->committed.count - old->committed.deleted;
+    /* Counted, not taken from the header: a damaged deleted count must not
+     * make the copy write past the slots it reserved. */
+    uint64_t live = 0;
+    for (uint64_t s = 0; s < old->committed.count; s++)
+        live += (uint64_t)keel__store_present(&v, s);
     uint64_t first;
     int rc = keel__store_id_reserve(nw, live);
     if (!rc && live)
@@ -85,7 +89,8 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
         if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
             return rc;
         keel__store_write_slot(nw, to, id, keel__store_vec(old, s), level, ref);
-        keel__store_id_insert(nw, id, to);
+        if ((rc = keel__store_id_insert(nw, id, to)))
+            return rc;
         to++;
     }
     nw->work.next_id = old->committed.next_id;

@@ -212,7 +212,8 @@ size_t
 keel__search_take(keel_search_ctx *c, uint64_t *out)
 {
     size_t n = c->nres;
-    memcpy(out, c->res, n * sizeof *out);
+    if (n)
+        memcpy(out, c->res, n * sizeof *out);
     sort_u64(out, n);
     c->nres = 0;
     return n;

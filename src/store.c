@@ -212,6 +212,8 @@ keel__store_unreserve(keel_store *st, uint64_t n)
 {
     if (n < st->next_slot)
         st->next_slot = n;
+    if (n < st->idtab_covers)
+        st->idtab_covers = n; /* those slots will hold other ids */
 }
 
 void
@@ -390,30 +392,35 @@ keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
     return KEEL_ENOTFOUND;
 }
 
-static void
+/* Longest probe an insert accepts before it rebuilds the table: a table at
+** most half full rarely needs more than a few. Entries left by a writer that
+** rolled back (the slots they name were used again by the next writer) or
+** by damage fill a table up without counting; a rebuild drops them. */
+#define IDTAB_MAX_PROBE 64u
+
+/* Puts slot under id; 0 when done, 1 when the probe ran too long. */
+static int
 idtab_put(const keel_idtab *t, uint64_t id, uint64_t slot)
 {
     uint64_t mask = ((uint64_t)1 << t->log2) - 1;
     uint64_t h = id_home(id, t->log2);
-    while (KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY)
+    for (uint32_t n = 0; KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY; n++) {
+        if (n >= IDTAB_MAX_PROBE || n > mask)
+            return 1;
         h = (h + 1) & mask;
+    }
     KEEL_STORE_RELAXED(&t->tab[h], (uint32_t)slot);
+    return 0;
 }
 
-int
-keel__store_id_reserve(keel_store *st, uint64_t n_more)
+/* Writes a new table of 2^log2 entries holding every slot written so far,
+** and makes it the current one. */
+static int
+idtab_rebuild(keel_store *st, uint32_t log2)
 {
-    uint64_t need = st->next_slot + n_more;
-    keel_idtab *cur = st->nidtabs ? &st->idtabs[st->nidtabs - 1] : NULL;
-    if (cur && need <= ((uint64_t)1 << cur->log2) / 2)
-        return KEEL_OK;
     if (st->nidtabs >= KEEL_MAX_IDTABS)
         return keel__fail(KEEL_EFULL, "the id table of %s cannot grow again\n"
                           "help: compact the index", st->path);
-    uint32_t log2 = KEEL_MAX(keel__initial_idtab_log2(),
-                             cur ? cur->log2 + 1 : 0);
-    while (((uint64_t)1 << log2) / 2 < need)
-        log2++;
     uint64_t bytes = 4ull << log2;
     uint64_t off;
     uint8_t *base;
@@ -429,18 +436,43 @@ keel__store_id_reserve(keel_store *st, uint64_t n_more)
     t->tab = (uint32_t *)(void *)base;
     t->off = off;
     t->log2 = log2;
+    /* At most half full and free of stale entries: no probe runs long. */
     for (uint64_t s = 0; s < st->next_slot; s++)
         idtab_put(t, keel__store_id(st, s), s);
     KEEL_STORE_RELEASE(&st->nidtabs, st->nidtabs + 1);
     st->work.idtab_offset = off;
     st->work.idtab_log2 = log2;
+    st->idtab_covers = st->next_slot;
     return KEEL_OK;
 }
 
-void
+int
+keel__store_id_reserve(keel_store *st, uint64_t n_more)
+{
+    uint64_t need = st->next_slot + n_more;
+    keel_idtab *cur = st->nidtabs ? &st->idtabs[st->nidtabs - 1] : NULL;
+    if (cur && need <= ((uint64_t)1 << cur->log2) / 2)
+        return KEEL_OK;
+    uint32_t log2 = KEEL_MAX(keel__initial_idtab_log2(),
+                             cur ? cur->log2 + 1 : 0);
+    while (((uint64_t)1 << log2) / 2 < need)
+        log2++;
+    return idtab_rebuild(st, log2);
+}
+
+int
 keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot)
 {
-    idtab_put(&st->idtabs[st->nidtabs - 1], id, slot);
+    if (slot < st->idtab_covers)
+        return KEEL_OK; /* a rebuild since the slot was written put it in */
+    keel_idtab *t = &st->idtabs[st->nidtabs - 1];
+    if (idtab_put(t, id, slot) == 0)
+        return KEEL_OK;
+    /* Room for what the table holds now and as much again. */
+    uint32_t log2 = t->log2;
+    while (((uint64_t)1 << log2) / 2 < 2 * st->next_slot)
+        log2++;
+    return idtab_rebuild(st, log2);
 }
 
 /* --- deletes ----------------------------------------------------------- */
@@ -618,6 +650,15 @@ read_headers(int fd, const char *path, uint64_t file_len, keel_header *out,
         r[c] = keel__header_decode(buf + c * KEEL_PAGE_SLOT, file_len, &h[c],
                                    why[c], sizeof why[c]);
     *fresh = 0;
+    /* A copy that a newer keel wrote means the file is that keel's now:
+     * opening the older copy would silently go back in time. */
+    if (r[0] == KEEL_EVERSION || r[1] == KEEL_EVERSION) {
+        rc = keel__fail(KEEL_EVERSION,
+                        "%s was written by a newer keel (%s)\n"
+                        "help: open it with a newer keel", path,
+                        r[0] == KEEL_EVERSION ? why[0] : why[1]);
+        goto out;
+    }
     /* A copy keel wrote whole (its checksum matches) that describes
      * something this file does not hold means the file was cut short or
      * damaged: opening the other, older copy would silently lose commits. */
@@ -649,11 +690,6 @@ read_headers(int fd, const char *path, uint64_t file_len, keel_header *out,
         if (blank) {
             *fresh = 1;
             rc = KEEL_OK;
-        } else if (r[0] == KEEL_EVERSION || r[1] == KEEL_EVERSION) {
-            rc = keel__fail(KEEL_EVERSION,
-                            "%s was written by a newer keel (%s)\n"
-                            "help: open it with a newer keel", path,
-                            r[0] == KEEL_EVERSION ? why[0] : why[1]);
         } else if (r[0] == KEEL_ENOTINDEX && r[1] == KEEL_ENOTINDEX) {
             rc = keel__fail(KEEL_ENOTINDEX,
                             "%s is not a keel index (no keel header)\n"
@@ -1157,7 +1193,14 @@ refresh_snapshot(keel_store *st)
         snap_words(st, w);
         valid = 0;
         for (int c = 0; c < 2; c++) {
-            if (decode_shared(st, c, fi.size, buf, h) != KEEL_OK)
+            int r = decode_shared(st, c, fi.size, buf, h);
+            if (r == KEEL_EVERSION) {
+                rc = keel__fail(KEEL_EVERSION,
+                                "%s was rewritten by a newer keel\n"
+                                "help: open it with a newer keel", st->path);
+                goto out;
+            }
+            if (r != KEEL_OK)
                 continue;
             valid++;
             if (best < 0 || h->sequence > best_seq) {

@@ -59,6 +59,7 @@ typedef struct keel_store {
     uint64_t seg_slots;       /* slots covered by the first nseg segments */
     keel_idtab idtabs[KEEL_MAX_IDTABS]; /* every table mapped; last = current */
     uint32_t nidtabs;
+    uint64_t idtab_covers;    /* writer: slots below this are in the table */
     /* Reader: mappings of uncommitted regions a restarted writer replaced.
      * They stay mapped until close, so a search that still reads one never
      * touches unmapped memory. */
@@ -239,9 +240,11 @@ void keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level);
 
 /* Ids. lookup finds the present slot with this id in view v. */
 int keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot);
-/* Writer: records id -> slot (growing the table first if needed). */
+/* Writer: makes room for n_more ids (before writing their slots), then
+** records id -> slot for each written slot; an insert that meets a table
+** clogged by stale entries rebuilds it from the slots. */
 int keel__store_id_reserve(keel_store *st, uint64_t n_more);
-void keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot);
+int keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot);
 uint64_t keel__store_next_id(const keel_store *st);
 void keel__store_note_id(keel_store *st, uint64_t id);
 
