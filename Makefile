@@ -114,7 +114,8 @@ install: all
 	install -m 644 $(BUILD)/libkeel.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libkeel.so $(DESTDIR)$(PREFIX)/lib/libkeel.so.0
 	ln -sf libkeel.so.0 $(DESTDIR)$(PREFIX)/lib/libkeel.so
-	install -m 644 $(BUILD)/keel.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' keel.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/keel.pc
 	install -m 755 $(BUILD)/keel $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 doc/keel.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
