@@ -25,6 +25,7 @@ enum {
     O_EF,
     O_READER,
     O_WARM,
+    O_HUGE,
     O_THREADS,
     O_ALLOWED,
     O_TRUTH,
@@ -273,6 +274,8 @@ open_index(const char *path, cli_opt *opts, keel_index **idx)
     memset(&opt, 0, sizeof opt);
     if (opts[O_WARM].value != NULL)
         opt.flags |= KEEL_WARM;
+    if (opts[O_HUGE].value != NULL)
+        opt.flags |= KEEL_HUGE_PAGES;
     if (opts[O_READER].value != NULL)
         rc = cli_open_reader(path, &opt, idx);
     else
@@ -295,6 +298,7 @@ cmd_search(int argc, char **argv)
         [O_EF] = {"--ef", 1, NULL},
         [O_READER] = {"--reader", 0, NULL},
         [O_WARM] = {"--warm", 0, NULL},
+        [O_HUGE] = {"--huge-pages", 0, NULL},
         [O_THREADS] = {"--threads", 1, NULL},
         [O_ALLOWED] = {"--allowed", 1, NULL},
         [O_TRUTH] = {"--truth", 1, NULL},

@@ -58,6 +58,7 @@ static const struct command commands[] = {
      "  --ef N                 search width (default: the index's, 64)\n"
      "  --reader               open as a reader instead of the writer\n"
      "  --warm                 read the index into memory in the background\n"
+     "  --huge-pages           ask for huge pages for the committed vectors\n"
      "  --threads N            search on N threads (default 1; 0: every core)\n"
      "  --allowed FILE         search only these ids (same format as --ids)\n"
      "  --truth GT.ivecs       exact neighbours (0-based rows of the base\n"

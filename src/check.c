@@ -225,7 +225,7 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
     for (uint32_t c = 0; c < nheap && c <= hc; c++) {
         const keel_chunk *ch = &st->heap[c];
         fn(KEEL_LOAD_RELAXED(&ch->base),
-           (size_t)(c < hc ? ch->bytes : (hu & 0xFFFFFFFFu)), arg);
+           (size_t)(c < hc ? ch->bytes : (hu & 0xFFFFFFFFu)), 0, arg);
     }
     uint64_t limit = v->limit;
     uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
@@ -235,8 +235,9 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
         if (first >= limit)
             break;
         uint64_t used = KEEL_MIN(limit - first, s->slots);
-        fn(KEEL_LOAD_RELAXED(&s->recs), (size_t)(used * st->g.rec_bytes), arg);
-        fn(KEEL_LOAD_RELAXED(&s->vecs), (size_t)(used * st->g.vec_bytes), arg);
-        fn(KEEL_LOAD_RELAXED(&s->hdrs), (size_t)(used * KEEL_SLOT_HDR_BYTES), arg);
+        fn(KEEL_LOAD_RELAXED(&s->recs), (size_t)(used * st->g.rec_bytes), 0, arg);
+        fn(KEEL_LOAD_RELAXED(&s->vecs), (size_t)(used * st->g.vec_bytes), 1, arg);
+        fn(KEEL_LOAD_RELAXED(&s->hdrs), (size_t)(used * KEEL_SLOT_HDR_BYTES), 0,
+           arg);
     }
 }

@@ -321,11 +321,45 @@ cpu_has_f16c(void)
 }
 #endif
 
+static int prefetch_l1;
+
+#if defined(__x86_64__)
+/* AMD's Zen 5 (family 1Ah) and later track enough outstanding misses that
+** prefetching neighbour vectors into L1 pays; earlier AMD and Intel cores
+** drop hints past a couple of dozen, so they get L2 hints. */
+static int
+cpu_prefers_l1_hints(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) ||
+        !(b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163)) /* AuthenticAMD */
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    unsigned family = (a >> 8) & 0xF;
+    if (family == 0xF)
+        family += (a >> 20) & 0xFF;
+    return family >= 0x1A;
+}
+#endif
+
+int
+keel__prefetch_into_l1(void)
+{
+    keel__kernels();
+    return prefetch_l1;
+}
+
 static void
 choose(void)
 {
     size_t n = 0;
     const char *want;
+#if defined(__x86_64__)
+    prefetch_l1 = cpu_prefers_l1_hints();
+#endif
+    if (getenv("KEEL_PREFETCH"))
+        prefetch_l1 = strcmp(getenv("KEEL_PREFETCH"), "l1") == 0;
 
     to_f16_n = f32_to_f16_n_scalar;
     to_f32_n = f16_to_f32_n_scalar;

@@ -46,6 +46,10 @@ const keel_kernels *keel__kernels(void);
 ** *n gets the count. Tests compare each with the scalar one. */
 const keel_kernels *const *keel__kernels_all(size_t *n);
 
+/* Whether searches should prefetch neighbour vectors into L1 rather than L2
+** on this CPU (chosen once; KEEL_PREFETCH=l1|l2 overrides, for benchmarks). */
+int keel__prefetch_into_l1(void);
+
 /* IEEE 754 binary16 <-> binary32. f32 -> f16 rounds to nearest, ties to even;
 ** values whose magnitude rounds above 65504 become infinity (callers refuse
 ** those first with keel__f16_overflows). NaN stays NaN. */

@@ -155,13 +155,46 @@ os_stat_path(const char *path, keel_file_info *out)
     return 0;
 }
 
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* Maps a region so that its address and its file offset agree modulo
+** 2 MiB: then every 2 MiB-aligned piece of the file sits at a 2 MiB-aligned
+** address, and the system can map it with one huge page when asked
+** (KEEL_HUGE_PAGES) and the page cache holds it as one folio. Regions under
+** 2 MiB are mapped wherever the system likes. */
 static int
 os_map(int fd, uint64_t off, size_t len, int write, void **out)
 {
-    void *p = mmap(NULL, len, PROT_READ | (write ? PROT_WRITE : 0), MAP_SHARED,
-                   fd, (off_t)off);
-    if (p == MAP_FAILED)
+    int prot = PROT_READ | (write ? PROT_WRITE : 0);
+    if (len < HUGE_BYTES) {
+        void *p = mmap(NULL, len, prot, MAP_SHARED, fd, (off_t)off);
+        if (p == MAP_FAILED)
+            return -errno;
+        *out = p;
+        return 0;
+    }
+    size_t span = len + HUGE_BYTES;
+    char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED)
         return -errno;
+    uintptr_t want = (uintptr_t)(off % HUGE_BYTES);
+    uintptr_t a = ((uintptr_t)r & ~(uintptr_t)(HUGE_BYTES - 1)) + want;
+    if (a < (uintptr_t)r)
+        a += HUGE_BYTES;
+    void *p = mmap((void *)a, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
+    if (p == MAP_FAILED) {
+        int err = errno;
+        munmap(r, span);
+        return -err;
+    }
+    /* Give back the reservation around the mapping. */
+    if (a > (uintptr_t)r)
+        munmap(r, a - (uintptr_t)r);
+    uintptr_t end = a + len, rend = (uintptr_t)r + span;
+    size_t page = keel__page_size();
+    end = (end + page - 1) & ~(uintptr_t)(page - 1);
+    if (rend > end)
+        munmap((void *)end, rend - end);
     *out = p;
     return 0;
 }

@@ -28,6 +28,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->dim = gr->dim;
     c->M0 = gr->M0;
     c->gather = keel__malloc((gr->M0 + 1) * sizeof *c->gather);
+    c->gvec = keel__malloc((gr->M0 + 1) * sizeof *c->gvec);
     c->qbuf = keel__malloc(gr->dim * sizeof(float));
     c->vbuf = keel__malloc(gr->dim * sizeof(float));
     c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
@@ -36,7 +37,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->link.vbuf = keel__malloc(gr->dim * sizeof(float));
     c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    if (!c->gather || !c->qbuf || !c->vbuf || !c->link.cand || !c->link.keep ||
+    if (!c->gather || !c->gvec || !c->qbuf || !c->vbuf || !c->link.cand || !c->link.keep ||
         !c->link.flags || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
         return NULL;
@@ -54,6 +55,7 @@ keel__search_ctx_free(keel_search_ctx *c)
     keel__free(c->cand);
     keel__free(c->res);
     keel__free(c->gather);
+    keel__free(c->gvec);
     keel__free(c->qbuf);
     keel__free(c->vbuf);
     keel__free(c->link.cand);
@@ -248,14 +250,19 @@ accepts(const keel_view *v, const keel_accept *acc, uint32_t s)
     return 1;
 }
 
+/* The first lines of a vector (all of a short one): enough for the kernel to
+** start while the rest streams in. */
 static inline void
-prefetch_vec(const keel_graph *gr, const void *p)
+prefetch_vec(const keel_graph *gr, const void *p, int l1)
 {
     const char *c = p;
-    uint32_t bytes = gr->st->g.vec_bytes;
-    uint32_t lines = KEEL_MIN((bytes + 63) / 64, 8u);
-    for (uint32_t i = 0; i < lines; i++)
-        __builtin_prefetch(c + 64 * i, 0, 2);
+    uint32_t lines = KEEL_MIN((gr->st->g.vec_bytes + 63) / 64, 8u);
+    if (l1)
+        for (uint32_t i = 0; i < lines; i++)
+            __builtin_prefetch(c + 64 * i, 0, 3);
+    else
+        for (uint32_t i = 0; i < lines; i++)
+            __builtin_prefetch(c + 64 * i, 0, 2);
 }
 
 uint32_t
@@ -264,6 +271,7 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
                     uint32_t from, uint32_t to)
 {
     uint32_t cur = entry;
+    int c_l1 = keel__prefetch_into_l1();
     float best = keel__graph_dist(gr, q, keel__store_vec(gr->st, cur));
     ctx->ndist++;
     for (uint32_t level = from; level > to; level--) {
@@ -279,7 +287,7 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
                 if (s == KEEL_EMPTY || skip_slot(v, s))
                     continue;
                 ctx->gather[ng++] = s;
-                prefetch_vec(gr, keel__store_vec(gr->st, s));
+                prefetch_vec(gr, keel__store_vec(gr->st, s), c_l1);
             }
             for (uint32_t j = 0; j < ng; j++) {
                 uint32_t s = ctx->gather[j];
@@ -308,6 +316,7 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
         return -1;
     c->nres = c->ncand = 0;
     const keel_store *st = gr->st;
+    int l1 = keel__prefetch_into_l1();
     float d0 = keel__graph_dist(gr, q, keel__store_vec(st, entry));
     c->ndist++;
     visit(c, entry);
@@ -330,14 +339,16 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
             uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
             if (s == KEEL_EMPTY || skip_slot(v, s) || visit(c, s))
                 continue;
-            c->gather[ng++] = s;
-            prefetch_vec(gr, keel__store_vec(st, s));
+            const void *vec = keel__store_vec(st, s);
+            c->gather[ng] = s;
+            c->gvec[ng++] = vec;
+            prefetch_vec(gr, vec, l1);
         }
         if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return -1;
         for (uint32_t j = 0; j < ng; j++) {
             uint32_t s = c->gather[j];
-            float d = keel__graph_dist(gr, q, keel__store_vec(st, s));
+            float d = keel__graph_dist(gr, q, c->gvec[j]);
             uint64_t e = keel__pack(d, s);
             if (c->nres < ef || e < bound) {
                 min_push(c->cand, &c->ncand, e);

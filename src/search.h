@@ -20,6 +20,7 @@ typedef struct keel_search_ctx {
     uint64_t *res;            /* max-heap of packed entries */
     size_t nres, res_cap;
     uint32_t *gather;         /* neighbours to measure, M0 */
+    const void **gvec;        /* their vectors */
     float *qbuf;              /* the query as searched (normalized) */
     float *vbuf;              /* a stored vector widened to f32 */
     uint64_t ndist;           /* distances computed by the last walk */

@@ -275,7 +275,7 @@ int keel__store_check(keel_store *st);
 
 /* Byte ranges the index has written, for warm-up, in the order a search
 ** needs them: calls fn for each (address in this store's mappings). */
-typedef void (*keel_range_fn)(void *addr, size_t len, void *arg);
+typedef void (*keel_range_fn)(void *addr, size_t len, int vectors, void *arg);
 void keel__store_written_ranges(const keel_store *st, const keel_view *v,
                                 keel_range_fn fn, void *arg);
 

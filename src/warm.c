@@ -34,6 +34,7 @@
 typedef struct warm_range {
     uint8_t *addr;
     size_t len;
+    int populate_only;        /* vectors with huge-page advice */
 } warm_range;
 
 struct keel_warm {
@@ -45,10 +46,11 @@ struct keel_warm {
     warm_range *ranges;
     size_t n, cap;
     uint64_t advised;         /* bytes advised (tests, stats) */
+    int huge;                 /* the handle asked for huge pages */
 };
 
 static void
-add_range(void *addr, size_t len, void *arg)
+add_range(void *addr, size_t len, int vectors, void *arg)
 {
     struct keel_warm *w = arg;
     if (!addr || !len)
@@ -62,6 +64,7 @@ add_range(void *addr, size_t len, void *arg)
         w->cap = cap;
     }
     w->ranges[w->n].addr = addr;
+    w->ranges[w->n].populate_only = vectors && w->huge;
     w->ranges[w->n++].len = len;
 }
 
@@ -82,8 +85,12 @@ warm_main(void *arg)
              * and sets no read-ahead marks, so the faults of POPULATE_READ
              * that follow find the pages cached and read nothing past the
              * written range (a fault's read-ahead would, up to read_ahead_kb
-             * beyond it). */
-            keel__os->advise((void *)a, len, KEEL_ADV_WILLNEED);
+             * beyond it). Vectors with huge-page advice skip it: its
+             * reads fill the page cache with small pages, while the faults'
+             * own reads bring whole 2 MiB pieces the system can map with
+             * one huge page each. */
+            if (!w->ranges[i].populate_only)
+                keel__os->advise((void *)a, len, KEEL_ADV_WILLNEED);
             keel__os->advise((void *)a, len, KEEL_ADV_POPULATE_READ);
             w->advised += len;
             a += len;
@@ -108,6 +115,7 @@ keel__warm_start(keel_index *idx)
         return KEEL_ENOMEM;
     w->owner = getpid();
     w->st = idx->st;
+    w->huge = (idx->flags & KEEL_HUGE_PAGES) != 0;
     keel_view v;
     int rc = keel__store_view(idx->st, &v);
     if (rc) {
