@@ -159,6 +159,18 @@ keel__free(void *p)
     free(p);
 }
 
+char *
+keel__path_plus(const char *path, const char *suffix)
+{
+    size_t a = strlen(path), b = strlen(suffix);
+    char *p = keel__malloc(a + b + 1);
+    if (p) {
+        memcpy(p, path, a);
+        memcpy(p + a, suffix, b + 1);
+    }
+    return p;
+}
+
 uint32_t
 keel__cpu_count(void)
 {

@@ -115,6 +115,10 @@ keel__put32(void *p, uint32_t v)
     memcpy(p, &v, sizeof v);
 }
 
+/* path followed by suffix, allocated with keel__malloc (free with
+** keel__free); NULL with KEEL_ENOMEM's message on failure. */
+char *keel__path_plus(const char *path, const char *suffix);
+
 /* The number of online cores, at least 1. */
 uint32_t keel__cpu_count(void);
 

@@ -26,24 +26,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static char *
-compacting_path(const char *path)
-{
-    size_t n = strlen(path);
-    char *p = keel__malloc(n + 12);
-    if (p)
-        memcpy(p, path, n), memcpy(p + n, ".compacting", 12);
-    return p;
-}
 
 void
 keel__remove_leftovers(const char *path)
 {
-    char *p = compacting_path(path);
+    char *p = keel__path_plus(path, ".compacting");
     if (p) {
         keel__os->unlink(p);
         keel__free(p);
     }
+}
+
+/* Points the handle at a new store (swap_lock held exclusively): the warm
+** thread stops before the old store's mappings can go, and a handle that
+** asked for warm-up or huge pages gets them on the new file too. */
+static void
+swap_store(keel_index *idx, keel_store *nw)
+{
+    keel__warm_stop(idx);
+    keel__index_attach(idx, nw);
+    if (idx->flags & KEEL_WARM)
+        keel__warm_start(idx);
+    if (idx->flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
 }
 
 static char *
@@ -124,7 +129,7 @@ keel_compact(keel_index *idx)
     pthread_mutex_lock(&idx->write_lock);
     keel_store *old = idx->st, *nw = NULL;
     keel_graph *ngr = NULL;
-    char *tmp = compacting_path(idx->path), *dir = parent_dir(idx->path);
+    char *tmp = keel__path_plus(idx->path, ".compacting"), *dir = parent_dir(idx->path);
     int rc = (!tmp || !dir) ? KEEL_ENOMEM : keel__store_commit(old);
     int flagged = 0;
     if (rc)
@@ -159,12 +164,7 @@ keel_compact(keel_index *idx)
     free(nw->path);
     nw->path = strdup(idx->path);
     pthread_rwlock_wrlock(&idx->swap_lock);
-    keel__warm_stop(idx);
-    keel__index_attach(idx, nw);
-    if (idx->flags & KEEL_WARM)
-        keel__warm_start(idx);
-    if (idx->flags & KEEL_HUGE_PAGES)
-        keel__huge_pages_advise(idx);
+    swap_store(idx, nw);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__free(ngr);
     keel__store_close(old);
@@ -219,12 +219,7 @@ keel__reader_follow(keel_index *idx)
         keel__store_close(nw);
         return KEEL_OK;
     }
-    keel__warm_stop(idx);
-    keel__index_attach(idx, nw);
-    if (idx->flags & KEEL_WARM)
-        keel__warm_start(idx);
-    if (idx->flags & KEEL_HUGE_PAGES)
-        keel__huge_pages_advise(idx);
+    swap_store(idx, nw);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__store_close(st);
     return KEEL_OK;

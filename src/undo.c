@@ -41,15 +41,6 @@
 #define UNDO_MAGIC "KEELUNDO"
 #define UNDO_HDR   32u
 
-static char *
-undo_path(const char *path)
-{
-    size_t n = strlen(path);
-    char *p = keel__malloc(n + 6);
-    if (p)
-        memcpy(p, path, n), memcpy(p + n, ".undo", 6);
-    return p;
-}
 
 uint64_t
 keel__undo_identity(const keel_header *h)
@@ -71,7 +62,7 @@ now_s(void)
 static int
 undo_begin(keel_store *st)
 {
-    char *p = undo_path(st->path);
+    char *p = keel__path_plus(st->path, ".undo");
     if (!p)
         return KEEL_ENOMEM;
     keel__os->unlink(p);
@@ -179,7 +170,7 @@ keel__undo_end(keel_store *st)
 {
     if (st->undo_fd < 0)
         return;
-    char *p = undo_path(st->path);
+    char *p = keel__path_plus(st->path, ".undo");
     if (p) {
         keel__os->unlink(p);
         keel__free(p);
@@ -198,7 +189,7 @@ keel__undo_end(keel_store *st)
 int
 keel__undo_recover(keel_store *st)
 {
-    char *p = undo_path(st->path);
+    char *p = keel__path_plus(st->path, ".undo");
     if (!p)
         return KEEL_ENOMEM;
     int fd = keel__os->open(p, KEEL_OPEN_READ);

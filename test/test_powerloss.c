@@ -316,6 +316,26 @@ check_contents(keel_index *idx, const state *s, int strict, long *misses)
 
 static void verify_image(const char *path, int nested, int strict);
 
+/* Writes variant `variant` of sim s's crash image to img (and its undo log
+** beside it); *pending_u gets whether the undo log had unsynced changes. */
+static void
+write_image(const sim *s, int variant, const char *img, int *pending_u)
+{
+    char upath[720];
+    snprintf(upath, sizeof upath, "%s.undo", img);
+    unlink(img);
+    unlink(upath);
+    uint8_t *b;
+    size_t n;
+    int pending_i;
+    if (compose(&s->f[0], variant, &b, &n, &pending_i))
+        td_write_file(img, b, n);
+    free(b);
+    if (compose(&s->f[1], variant, &b, &n, pending_u))
+        td_write_file(upath, b, n);
+    free(b);
+}
+
 /* Crash handler for a recovery under test: images of the recovering file. */
 static void
 nested_crash(sim *s, int file, const char *where)
@@ -326,19 +346,8 @@ nested_crash(sim *s, int file, const char *where)
     char img[700];
     snprintf(img, sizeof img, "%s", test_path("nested.keel"));
     for (int variant = 0; variant < 4; variant++) {
-        char upath[720];
-        snprintf(upath, sizeof upath, "%s.undo", img);
-        unlink(img);
-        unlink(upath);
-        uint8_t *b;
-        size_t n;
-        int pending_i, pending_u;
-        if (compose(&s->f[0], variant, &b, &n, &pending_i))
-            td_write_file(img, b, n);
-        free(b);
-        if (compose(&s->f[1], variant, &b, &n, &pending_u))
-            td_write_file(upath, b, n);
-        free(b);
+        int pending_u;
+        write_image(s, variant, img, &pending_u);
         verify_image(img, 0, variant <= 1 || !pending_u);
     }
 }
@@ -447,19 +456,8 @@ workload_crash(sim *s, int file, const char *where)
     char img[700];
     snprintf(img, sizeof img, "%s", test_path("image.keel"));
     for (int variant = 0; variant < 4; variant++) {
-        char upath[720];
-        snprintf(upath, sizeof upath, "%s.undo", img);
-        unlink(img);
-        unlink(upath);
-        uint8_t *b;
-        size_t n;
-        int pending_i, pending_u;
-        if (compose(&s->f[0], variant, &b, &n, &pending_i))
-            td_write_file(img, b, n);
-        free(b);
-        if (compose(&s->f[1], variant, &b, &n, &pending_u))
-            td_write_file(upath, b, n);
-        free(b);
+        int pending_u;
+        write_image(s, variant, img, &pending_u);
         /* Findability is demanded where the undo log was durable, or the
          * image keeps all or nothing of the unsynced bytes; elsewhere a
          * committed node's changed list may reach the disk before the log
