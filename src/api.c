@@ -264,6 +264,13 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         .precision = opt ? (int)opt->precision : KEEL_F32,
         .have_options = opt != NULL && !(opt->flags & KEEL_FILE_OPTIONS),
     };
+    /* A symbolic link is followed once, here: compaction then replaces the
+     * file it points to, and the undo log sits beside that file. */
+    char real[4096];
+    keel_file_info li;
+    if (keel__os->stat_path(path, &li) == 0 &&
+        keel__os->resolve(path, real, sizeof real) == 0)
+        path = real;
     keel_index *idx = index_new(path, opt, 1);
     if (!idx)
         return KEEL_ENOMEM;

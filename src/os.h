@@ -65,6 +65,9 @@ typedef struct keel_os {
     /* Exclusive, non-blocking advisory lock on the whole file (flock).
      * -EWOULDBLOCK when another descriptor holds it. */
     int (*lock)(int fd);
+    /* The canonical path of an existing file (symbolic links resolved), in
+     * out (out_len bytes). */
+    int (*resolve)(const char *path, char *out, size_t out_len);
     int (*unlink)(const char *path);
     int (*rename)(const char *from, const char *to);
     /* Drops the file's clean pages from the page cache (tests, benchmarks). */

@@ -240,6 +240,20 @@ os_lock(int fd)
 }
 
 static int
+os_resolve(const char *path, char *out, size_t out_len)
+{
+    char *r = realpath(path, NULL);
+    if (!r)
+        return -errno;
+    size_t n = strlen(r);
+    int rc = n < out_len ? 0 : -ENAMETOOLONG;
+    if (!rc)
+        memcpy(out, r, n + 1);
+    free(r);
+    return rc;
+}
+
+static int
 os_unlink(const char *path)
 {
     return unlink(path) == 0 ? 0 : -errno;
@@ -280,6 +294,7 @@ const keel_os keel__os_posix = {
     .unmap = os_unmap,
     .advise = os_advise,
     .lock = os_lock,
+    .resolve = os_resolve,
     .unlink = os_unlink,
     .rename = os_rename,
     .evict = os_evict,

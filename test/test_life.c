@@ -157,6 +157,24 @@ TEST(failed_compaction_leaves_the_index_usable)
     CHECK_OK(keel_close(idx));
 }
 
+TEST(compaction_through_a_symlink_replaces_the_target)
+{
+    keel_index *idx = fill("target.keel", 200, NULL);
+    CHECK(idx);
+    CHECK_OK(keel_close(idx));
+    CHECK(symlink(test_path("target.keel"), test_path("link.keel")) == 0);
+    CHECK_OK(keel_open(test_path("link.keel"), DIM, NULL, &idx));
+    for (uint64_t i = 0; i < 100; i++)
+        CHECK_OK(keel_delete(idx, i));
+    CHECK_OK(keel_compact(idx));
+    CHECK_OK(keel_close(idx));
+    struct stat st;
+    CHECK(lstat(test_path("link.keel"), &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK_OK(keel_open_reader(test_path("target.keel"), NULL, &idx));
+    CHECK_U64(keel_count(idx), 100);
+    CHECK_OK(keel_close(idx));
+}
+
 TEST(reader_follows_a_compaction)
 {
     keel_index *w = fill("rf.keel", 1000, NULL), *r;
