@@ -462,6 +462,32 @@ TEST(batch_search_rows_equal_single_searches)
     CHECK_OK(keel_close(idx));
 }
 
+TEST(dimensions_one_and_4096)
+{
+    static const uint32_t dims[] = {1, 4096};
+    for (int t = 0; t < 2; t++) {
+        uint32_t d = dims[t];
+        char name[32];
+        snprintf(name, sizeof name, "dim%u.keel", d);
+        keel_index *idx;
+        keel_options o = {.precision = t ? KEEL_F16 : KEEL_F32};
+        CHECK_OK(keel_open(test_path(name), d, &o, &idx));
+        float *v = td_random(300, d, 11 + t);
+        CHECK_OK(keel_add_batch(idx, v, 300, NULL, NULL));
+        CHECK_OK(keel_flush(idx));
+        CHECK_OK(keel_close(idx));
+        CHECK_OK(keel_open_reader(test_path(name), NULL, &idx));
+        CHECK_EQ(keel_dim(idx), d);
+        keel_result r[3];
+        size_t n;
+        CHECK_OK(keel_search(idx, v + 17 * d, 3, NULL, r, &n));
+        CHECK(n == 3 && r[0].id == 17);
+        CHECK_OK(keel_check(idx));
+        CHECK_OK(keel_close(idx));
+        free(v);
+    }
+}
+
 TEST(errors_have_help_lines_and_codes_have_names)
 {
     for (int rc = KEEL_OK; rc <= KEEL_EVERSION; rc++)
