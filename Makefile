@@ -43,7 +43,8 @@ TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long
+.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long \
+        bench bench-smoke
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -83,6 +84,16 @@ tsan:
 	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 build/tsan/libkeel.a \
 	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+
+# keel against hnswlib and FAISS on GloVe-100 and Fashion-MNIST (bench/run.sh,
+# about an hour; writes doc/benchmarks.md and doc/benchmarks.png).
+bench: $(BUILD)/libkeel.a
+	sh tools/deps.sh bench
+	BUILD=$(BUILD) sh bench/run.sh
+
+# The same code on 2,000 vectors of test/data, one round, every engine.
+bench-smoke: $(BUILD)/libkeel.a
+	BUILD=$(BUILD) SMOKE=1 sh bench/run.sh
 
 # Thousands of process kills per variant (the test suite runs 70 each).
 crash-long: $(BUILD)/test/test_crash

@@ -408,6 +408,7 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         rc = keel__store_reserve(st, n, &first);
     if (rc)
         return rc;
+    keel__huge_pages_advise_batch(idx, first, n);
     for (size_t i = 0; i < n; i++) {
         uint64_t slot = first + i, ref = 0;
         uint32_t level = keel__graph_level(idx->gr, slot);

@@ -46,5 +46,6 @@ void keel__remove_leftovers(const char *path);
 int keel__warm_start(keel_index *idx);
 void keel__warm_stop(keel_index *idx);
 void keel__huge_pages_advise(keel_index *idx);
+void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
 
 #endif /* KEEL_API_H */

@@ -24,7 +24,6 @@ typedef struct keel_segment {
     uint64_t off, bytes;  /* place in the file */
     uint64_t slots;       /* capacity */
     uint64_t reserved;    /* writer: slots whose disk space is allocated */
-    uint8_t *huge_done;   /* vectors below this have had huge-page advice */
 } keel_segment;
 
 typedef struct keel_chunk {
@@ -60,6 +59,7 @@ typedef struct keel_store {
     keel_idtab idtabs[KEEL_MAX_IDTABS]; /* every table mapped; last = current */
     uint32_t nidtabs;
     uint64_t idtab_covers;    /* writer: slots below this are in the table */
+    uint64_t huge_advised;    /* slots whose vectors had huge-page advice */
     /* Reader: mappings of uncommitted regions a restarted writer replaced.
      * They stay mapped until close, so a search that still reads one never
      * touches unmapped memory. */

@@ -167,10 +167,33 @@ keel_warm(keel_index *idx)
 
 #define HUGE (2u << 20)
 
-/* Advises huge pages and random access for the 2 MiB pieces of each
-** segment's vector array that hold only committed vectors: pieces that are
-** never written again, so a huge page never has to be written back whole for
-** a small change. Graph records and slot headers never get the advice. */
+/* Advises huge pages and random access for the 2 MiB pieces of the vector
+** arrays that hold only slots in [from, to): vectors are written once, so a
+** huge page never has to be written back whole for a small change. Graph
+** records and slot headers never get the advice. */
+static void
+advise_slots(keel_store *st, uint64_t from, uint64_t to)
+{
+    uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
+    for (uint32_t k = 0; k < nseg; k++) {
+        keel_segment *s = &st->seg[k];
+        uint64_t first = keel__seg_first_slot(&st->g, k);
+        uint64_t a = KEEL_MAX(from, first), b = KEEL_MIN(to, first + s->slots);
+        if (a >= b)
+            continue;
+        uint8_t *vecs = KEEL_LOAD_RELAXED(&s->vecs);
+        uintptr_t lo = (uintptr_t)(vecs + (a - first) * st->g.vec_bytes);
+        uintptr_t hi = (uintptr_t)(vecs + (b - first) * st->g.vec_bytes);
+        lo = (lo + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+        hi &= ~(uintptr_t)(HUGE - 1);
+        if (hi <= lo)
+            continue;
+        keel__os->advise((void *)lo, hi - lo, KEEL_ADV_HUGEPAGE);
+        keel__os->advise((void *)lo, hi - lo, KEEL_ADV_RANDOM);
+    }
+}
+
+/* The committed vectors (at open, after a flush, on a new snapshot). */
 void
 keel__huge_pages_advise(keel_index *idx)
 {
@@ -179,22 +202,17 @@ keel__huge_pages_advise(keel_index *idx)
     if (keel__store_view(st, &v) != KEEL_OK)
         return;
     uint64_t committed = st->writer ? st->committed.count : v.count;
-    uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
-    for (uint32_t k = 0; k < nseg; k++) {
-        keel_segment *s = &st->seg[k];
-        uint64_t first = keel__seg_first_slot(&st->g, k);
-        if (first >= committed)
-            break;
-        uint64_t used = KEEL_MIN(committed - first, s->slots);
-        uintptr_t a = (uintptr_t)s->vecs, end = a + used * st->g.vec_bytes;
-        uintptr_t from = (a + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
-        uintptr_t to = end & ~(uintptr_t)(HUGE - 1);
-        if (from < (uintptr_t)s->huge_done)
-            from = (uintptr_t)s->huge_done;
-        if (to <= from)
-            continue;
-        keel__os->advise((void *)from, to - from, KEEL_ADV_HUGEPAGE);
-        keel__os->advise((void *)from, to - from, KEEL_ADV_RANDOM);
-        s->huge_done = (uint8_t *)to;
+    if (committed > st->huge_advised) {
+        advise_slots(st, st->huge_advised, committed);
+        st->huge_advised = committed;
     }
+}
+
+/* Vectors a batch is about to write: advised before the writes, the page
+** cache takes them in huge pieces, and readers map those whole. */
+void
+keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n)
+{
+    if (idx->flags & KEEL_HUGE_PAGES)
+        advise_slots(idx->st, first, first + n);
 }

@@ -1,0 +1,315 @@
+/* keel_bench.c -- keel's side of the benchmark (bench/run.sh drives it).
+**
+**   keel_bench build INDEX BASE.fvecs [--metric l2|cosine]
+**                    [--precision f32|f16] [-M 16] [--efc 200]
+**                    [--threads T] [--label L]
+**   keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef 16,24,...]
+**                    [--rounds R] [--min-time S] [--k 10] [--label L]
+**   keel_bench cold  INDEX QUERIES.fvecs [--warm] [--ef 64] [--k 10]
+**                    [--label L]
+**
+** Each prints JSON, one object per line, on standard output.
+**
+** build: a new file (any old one is removed first), keel_add_batch of every
+**   base row under id = row number on T threads, keel_flush (which syncs).
+**   Seconds for the add and for the flush; peak RSS from /proc/self/status
+**   (VmHWM, reset after the base vectors are loaded, so the figure is the
+**   base vectors plus what the index needed); file and allocated bytes from
+**   keel_stat; bytes this process sent to storage from /proc/self/io
+**   (write_bytes: pages it dirtied, through the mapping or write()).
+** sweep: keel_open_reader with KEEL_WARM, then bench_common.h's loop.
+** cold: keel_open_reader (with KEEL_WARM under --warm), then one query per
+**   call; times run from KEEL_BENCH_T0, which bench/evict sets just before
+**   exec, so they include exec, the dynamic loader and reading the queries.
+**
+** Built with -DKEEL_BENCH_INTERNALS and -Isrc, the sweep also reports the
+** distance computations per query, read from the search context the handle
+** keeps after each call (an internal structure; diagnostics only).
+*/
+#define _GNU_SOURCE 1
+
+#include "keel.h"
+
+#include "bench_common.h"
+
+#ifdef KEEL_BENCH_INTERNALS
+#include "api.h"
+#endif
+
+typedef struct kctx {
+    keel_index *idx;
+    unsigned ef;
+    keel_result res[1024];
+    long long ndist;
+} kctx;
+
+static void
+k_set_ef(void *c, unsigned ef)
+{
+    ((kctx *)c)->ef = ef;
+}
+
+static void
+k_search(void *cv, const float *q, size_t k, int64_t *ids)
+{
+    kctx *c = (kctx *)cv;
+    keel_search_params p;
+    memset(&p, 0, sizeof p);
+    p.ef = c->ef;
+    size_t n = 0;
+    int rc = keel_search(c->idx, q, k, &p, c->res, &n);
+    if (rc) {
+        fprintf(stderr, "keel_search: %s\n", keel_errmsg());
+        exit(1);
+    }
+#ifdef KEEL_BENCH_INTERNALS
+    if (c->idx->pool)
+        c->ndist += (long long)c->idx->pool->ndist;
+#endif
+    for (size_t i = 0; i < k; i++)
+        ids[i] = i < n ? (int64_t)c->res[i].id : -1;
+}
+
+static long long
+k_ndist(void *cv)
+{
+#ifdef KEEL_BENCH_INTERNALS
+    return ((kctx *)cv)->ndist;
+#else
+    (void)cv;
+    return -1;
+#endif
+}
+
+static void
+usage(void)
+{
+    fputs("usage: keel_bench build INDEX BASE.fvecs [--metric l2|cosine] "
+          "[--precision f32|f16] [-M 16] [--efc 200] [--threads T] "
+          "[--label L]\n"
+          "       keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef LIST] "
+          "[--rounds R] [--min-time S] [--k 10] [--label L]\n"
+          "       keel_bench cold INDEX QUERIES.fvecs [--warm] [--ef 64] "
+          "[--k 10] [--label L]\n", stderr);
+    exit(2);
+}
+
+static void
+check(int rc, const char *what)
+{
+    if (rc) {
+        fprintf(stderr, "keel_bench: %s: %s\n", what, keel_errmsg());
+        exit(1);
+    }
+}
+
+typedef struct opts {
+    const char *pos[3];
+    int npos;
+    const char *metric, *precision, *efs, *label;
+    unsigned M, efc, threads, ef, rounds;
+    size_t k;
+    double min_time;
+    int warm;
+} opts;
+
+static void
+parse(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->metric = "l2";
+    o->precision = "f32";
+    o->efs = "16,24,32,48,64,96,128,192,256,384,512";
+    o->label = "";
+    o->M = 16;
+    o->efc = 200;
+    o->ef = 64;
+    o->rounds = 1;
+    o->k = 10;
+    o->min_time = 0.5;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--warm") == 0) {
+            o->warm = 1;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (o->npos == 3)
+                usage();
+            o->pos[o->npos++] = a;
+            continue;
+        }
+        if (!v)
+            usage();
+        i++;
+        if (strcmp(a, "--metric") == 0)
+            o->metric = v;
+        else if (strcmp(a, "--precision") == 0)
+            o->precision = v;
+        else if (strcmp(a, "-M") == 0)
+            o->M = (unsigned)atoi(v);
+        else if (strcmp(a, "--efc") == 0)
+            o->efc = (unsigned)atoi(v);
+        else if (strcmp(a, "--threads") == 0)
+            o->threads = (unsigned)atoi(v);
+        else if (strcmp(a, "--ef") == 0) {
+            o->efs = v;
+            o->ef = (unsigned)atoi(v);
+        } else if (strcmp(a, "--rounds") == 0)
+            o->rounds = (unsigned)atoi(v);
+        else if (strcmp(a, "--min-time") == 0)
+            o->min_time = atof(v);
+        else if (strcmp(a, "--k") == 0)
+            o->k = (size_t)atoi(v);
+        else if (strcmp(a, "--label") == 0)
+            o->label = v;
+        else
+            usage();
+    }
+    if (o->k == 0 || o->k > 1024)
+        usage();
+}
+
+static int
+cmd_build(const opts *o)
+{
+    if (o->npos != 2)
+        usage();
+    const char *path = o->pos[0];
+    size_t n;
+    uint32_t dim;
+    float *base = (float *)bench_load_vecs(o->pos[1], &n, &dim);
+    uint64_t *ids = (uint64_t *)malloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = i;
+    unlink(path);
+
+    keel_options opt;
+    memset(&opt, 0, sizeof opt);
+    if (strcmp(o->metric, "cosine") == 0)
+        opt.metric = KEEL_COSINE;
+    else if (strcmp(o->metric, "l2") != 0)
+        usage();
+    if (strcmp(o->precision, "f16") == 0)
+        opt.precision = KEEL_F16;
+    else if (strcmp(o->precision, "f32") != 0)
+        usage();
+    opt.max_connections = o->M;
+    opt.ef_construction = o->efc;
+    opt.threads = o->threads;
+
+    bench_reset_peak();
+    long base_kb = bench_status_kb("VmRSS:");
+    long long wb0 = bench_io("write_bytes:"), wc0 = bench_io("wchar:");
+    double load0 = bench_loadavg(), cpu0 = bench_cpu_s();
+    int64_t t0 = bench_now_ns();
+    keel_index *idx;
+    check(keel_open(path, dim, &opt, &idx), "keel_open");
+    check(keel_add_batch(idx, base, n, ids, NULL), "keel_add_batch");
+    int64_t t1 = bench_now_ns();
+    check(keel_flush(idx), "keel_flush");
+    int64_t t2 = bench_now_ns();
+    double cpu = bench_cpu_s() - cpu0;
+    keel_stats st;
+    check(keel_stat(idx, &st), "keel_stat");
+    check(keel_close(idx), "keel_close");
+    long peak_kb = bench_status_kb("VmHWM:");
+    long long wb1 = bench_io("write_bytes:"), wc1 = bench_io("wchar:");
+    printf("{\"engine\":\"keel\",\"label\":\"%s\",\"kind\":\"build\","
+           "\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"precision\":\"%s\","
+           "\"M\":%u,\"efc\":%u,\"threads\":%u,\"add_s\":%.3f,"
+           "\"save_s\":%.3f,\"build_s\":%.3f,\"cpu_s\":%.3f,"
+           "\"base_rss_kb\":%ld,"
+           "\"peak_rss_kb\":%ld,\"file_bytes\":%llu,\"alloc_bytes\":%llu,"
+           "\"write_bytes\":%lld,\"wchar\":%lld,\"max_level\":%u,"
+           "\"load\":%.2f,\"load_end\":%.2f}\n",
+           o->label, n, dim, o->metric, o->precision, o->M, o->efc,
+           o->threads, (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9,
+           (double)(t2 - t0) / 1e9, cpu, base_kb, peak_kb,
+           (unsigned long long)st.file_bytes,
+           (unsigned long long)st.allocated_bytes, wb1 - wb0, wc1 - wc0,
+           st.max_level, load0, bench_loadavg());
+    free(ids);
+    free(base);
+    return 0;
+}
+
+static int
+cmd_sweep(const opts *o)
+{
+    if (o->npos != 3)
+        usage();
+    size_t nq;
+    uint32_t dim;
+    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
+    bench_gt gt;
+    bench_load_gt(o->pos[2], nq, &gt);
+    unsigned efs[BENCH_MAX_EF];
+    int nef = bench_parse_efs(o->efs, efs);
+
+    keel_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.flags = KEEL_WARM;
+    static kctx c;
+    check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
+    if (keel_dim(c.idx) != dim)
+        bench_die("%s: the queries' dimensions differ from the index's",
+                  o->pos[1]);
+    bench_engine e = {&c, k_set_ef, k_search, k_ndist};
+    char tag[256];
+    snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
+             "\"kind\":\"sweep\"", o->label);
+    bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
+                o->min_time, o->k);
+    keel_close(c.idx);
+    bench_free_gt(&gt);
+    free(q);
+    return 0;
+}
+
+static int
+cmd_cold(const opts *o, int64_t t0, double main_ms)
+{
+    if (o->npos != 2)
+        usage();
+    size_t nq;
+    uint32_t dim;
+    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
+    double ready_ms = bench_ms_since(t0);
+    keel_options opt;
+    memset(&opt, 0, sizeof opt);
+    if (o->warm)
+        opt.flags = KEEL_WARM;
+    static kctx c;
+    check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
+    double open_ms = bench_ms_since(t0);
+    bench_engine e = {&c, k_set_ef, k_search, k_ndist};
+    char tag[256];
+    snprintf(tag, sizeof tag, "\"engine\":\"%s\",\"label\":\"%s\","
+             "\"kind\":\"cold\"", o->warm ? "keel-warm" : "keel", o->label);
+    bench_cold(&e, tag, o->pos[0], t0, main_ms, ready_ms, open_ms, q, nq, dim,
+               o->ef, o->k);
+    keel_close(c.idx);
+    free(q);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    int64_t t0 = bench_t0_ns();
+    double main_ms = bench_ms_since(t0);
+    if (argc < 2)
+        usage();
+    opts o;
+    parse(argc, argv, &o);
+    if (strcmp(argv[1], "build") == 0)
+        return cmd_build(&o);
+    if (strcmp(argv[1], "sweep") == 0)
+        return cmd_sweep(&o);
+    if (strcmp(argv[1], "cold") == 0)
+        return cmd_cold(&o, t0, main_ms);
+    usage();
+    return 2;
+}
