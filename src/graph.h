@@ -44,6 +44,22 @@ keel__graph_dist(const keel_graph *gr, const float *q, const void *v)
     return gr->metric == KEEL_L2 ? s : 1.0f - s;
 }
 
+/* Internal distances to n vectors, four at a time (bit-identical to
+** keel__graph_dist one by one, dist.h invariant 2). */
+static inline void
+keel__graph_dist_group(const keel_graph *gr, const float *q,
+                       const void *const *v, uint32_t n, float *out)
+{
+    uint32_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        gr->dist4(q, v + j, gr->dim, out + j);
+    for (; j < n; j++)
+        out[j] = gr->dist(q, v[j], gr->dim);
+    if (gr->metric != KEEL_L2)
+        for (j = 0; j < n; j++)
+            out[j] = 1.0f - out[j];
+}
+
 /* The distance keel reports for an internal one. */
 float keel__graph_report(const keel_graph *gr, float internal);
 

@@ -21,6 +21,7 @@ typedef struct keel_search_ctx {
     size_t nres, res_cap;
     uint32_t *gather;         /* neighbours to measure, M0 */
     const void **gvec;        /* their vectors */
+    float *gdist;             /* their distances (grouped kernels) */
     float *qbuf;              /* the query as searched (normalized) */
     float *vbuf;              /* a stored vector widened to f32 */
     uint64_t ndist;           /* distances computed by the last walk */
