@@ -79,7 +79,7 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
         cur = keel__pack_slot(w[0]);
         uint32_t cap = lv ? gr->M : gr->M0;
         uint32_t ns = keel__graph_select(gr, w, (uint32_t)m, cap, c->sel,
-                                         c->vbuf);
+                                         c->vbuf, c->link.vecs);
         keel__graph_set_list(gr, slot, lv, c->sel, ns);
         for (uint32_t i = 0; i < ns; i++)
             keel__graph_add_link(gr, c->sel[i], slot, lv, v->limit, &c->link);

@@ -61,18 +61,29 @@ keel__graph_vec_f32(const keel_graph *gr, uint64_t slot, float *buf)
 
 uint32_t
 keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
-                   uint32_t cap, uint32_t *out, float *buf)
+                   uint32_t cap, uint32_t *out, float *buf, const void **kvec)
 {
     uint32_t kept = 0, quarter = (cap + 3) / 4;
-    for (uint32_t i = 0; i < n && kept < cap; i++) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (kept >= cap)
+            break;
         uint32_t c = keel__pack_slot(cand[i]);
         float dc = keel__pack_dist(cand[i]);
         const float *cv = keel__graph_vec_f32(gr, c, buf);
         int good = 1;
-        for (uint32_t j = 0; j < kept && good; j++)
-            good = keel__graph_dist(gr, cv, keel__store_vec(gr->st, out[j])) >= dc;
-        if (good)
+        /* Against the kept ones four at a time: most candidates are turned
+         * down by one of the first few. */
+        for (uint32_t j = 0; j < kept && good; j += 4) {
+            float d4[4];
+            uint32_t m = KEEL_MIN(4u, kept - j);
+            keel__graph_dist_group(gr, cv, kvec + j, m, d4);
+            for (uint32_t t = 0; t < m; t++)
+                good &= d4[t] >= dc;
+        }
+        if (good) {
+            kvec[kept] = keel__store_vec(gr->st, c);
             out[kept++] = c;
+        }
     }
     /* Colinear or clustered data can leave a node with two diverse
      * neighbours; a quarter of the list keeps such chains connected. */
@@ -184,12 +195,15 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
     const float *tv = keel__graph_vec_f32(gr, to, s->vbuf);
     uint32_t n = 0;
     for (uint32_t j = 0; j < len; j++) {
-        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
-        s->cand[n++] = keel__pack(
-            keel__graph_dist(gr, tv, keel__store_vec(gr->st, e)), e);
+        s->keep[n] = KEEL_LOAD_RELAXED(&list[j]);
+        s->vecs[n] = keel__store_vec(gr->st, s->keep[n]);
+        n++;
     }
-    s->cand[n++] = keel__pack(
-        keel__graph_dist(gr, tv, keel__store_vec(gr->st, from)), (uint32_t)from);
+    s->keep[n] = (uint32_t)from;
+    s->vecs[n++] = keel__store_vec(gr->st, from);
+    keel__graph_dist_group(gr, tv, s->vecs, n, s->dists);
+    for (uint32_t j = 0; j < n; j++)
+        s->cand[j] = keel__pack(s->dists[j], s->keep[j]);
     /* Insertion sort: n is at most 2M + 1. */
     for (uint32_t i = 1; i < n; i++) {
         uint64_t x = s->cand[i];
@@ -198,7 +212,8 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
             s->cand[j] = s->cand[j - 1];
         s->cand[j] = x;
     }
-    uint32_t nk = keel__graph_select(gr, s->cand, n, len, s->keep, s->cbuf);
+    uint32_t nk = keel__graph_select(gr, s->cand, n, len, s->keep, s->cbuf,
+                                     s->vecs);
     rewrite_list(list, len, s->keep, nk, s->flags);
 done:
     keel__spin_unlock(lock);

@@ -109,10 +109,10 @@ const float *keel__graph_vec_f32(const keel_graph *gr, uint64_t slot,
 ** if it is nearer to base than to every one kept so far; if fewer than a
 ** quarter of cap are kept, fill to a quarter with the nearest of the rest.
 ** Writes the chosen slots to out and returns their number. buf: dim floats
-** of scratch. */
+** of scratch; kvec: cap pointers of scratch. */
 uint32_t keel__graph_select(const keel_graph *gr, const uint64_t *cand,
                             uint32_t n, uint32_t cap, uint32_t *out,
-                            float *buf);
+                            float *buf, const void **kvec);
 
 /* Writes a new node's list at level (under its stripe lock). */
 void keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
@@ -125,6 +125,8 @@ typedef struct keel_link_scratch {
     uint64_t *cand;   /* M0 + 1 */
     uint32_t *keep;   /* M0 + 1 */
     uint8_t *flags;   /* 2 * M0 */
+    const void **vecs; /* M0 + 1 */
+    float *dists;     /* M0 + 1 */
     float *vbuf, *cbuf; /* dim each */
 } keel_link_scratch;
 void keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,

@@ -35,11 +35,13 @@ keel__search_ctx_new(const keel_graph *gr)
     c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
     c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     c->link.flags = keel__malloc(2 * (size_t)gr->M0 + 2);
+    c->link.vecs = keel__malloc((gr->M0 + 2) * sizeof *c->link.vecs);
+    c->link.dists = keel__malloc((gr->M0 + 2) * sizeof *c->link.dists);
     c->link.vbuf = keel__malloc(gr->dim * sizeof(float));
     c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     if (!c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->link.cand || !c->link.keep ||
-        !c->link.flags || !c->link.vbuf || !c->link.cbuf || !c->sel) {
+        !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
         return NULL;
     }
@@ -63,6 +65,8 @@ keel__search_ctx_free(keel_search_ctx *c)
     keel__free(c->link.cand);
     keel__free(c->link.keep);
     keel__free(c->link.flags);
+    keel__free(c->link.vecs);
+    keel__free(c->link.dists);
     keel__free(c->link.vbuf);
     keel__free(c->link.cbuf);
     keel__free(c->sel);
