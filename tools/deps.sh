@@ -11,10 +11,12 @@ pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev
       libclang-rt-14-dev llvm xxd"
 if [ "${1:-}" = bench ]; then
     pkgs="$pkgs python3-hnswlib python3-faiss libhnswlib-dev gnuplot-nox
-          nodejs npm linux-perf"
+          linux-perf dataset-fashion-mnist"
 fi
 
 missing=""
+# GloVe comes from the npm registry: Debian's npm only if there is none.
+command -v npm >/dev/null 2>&1 || missing=" npm"
 for p in $pkgs; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
         missing="$missing $p"
