@@ -42,9 +42,13 @@ TEST_SRC = $(wildcard test/test_*.c)
 TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
+# Fuzz targets: `make test` replays their committed corpora and the
+# reproducers of what fuzzing found through replay.c; `make fuzz` fuzzes.
+FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
+FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long \
-        bench bench-smoke
+        bench bench-smoke fuzz
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -73,9 +77,18 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itest $< $(TEST_LIB_OBJ) -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
-test: all $(TEST_BIN)
+$(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.h) $(BUILD)/libkeel.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itest/fuzz test/fuzz/replay.c $< -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+test: all $(TEST_BIN) $(FUZZ_REPLAY)
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
 	sh test/test_cli.sh $(BUILD)/keel
+	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
+
+# Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
+fuzz:
+	sh test/fuzz/run.sh
 
 asan:
 	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test

@@ -210,8 +210,10 @@ keel__store_reserve(keel_store *st, uint64_t n, uint64_t *first)
 void
 keel__store_unreserve(keel_store *st, uint64_t n)
 {
-    if (n < st->next_slot)
+    if (n < st->next_slot) {
         st->next_slot = n;
+        st->idtab_clean = false; /* entries may name the given-back slots */
+    }
     if (n < st->idtab_covers)
         st->idtab_covers = n; /* those slots will hold other ids */
 }
@@ -395,17 +397,22 @@ keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
 /* Longest probe an insert accepts before it rebuilds the table: a table at
 ** most half full rarely needs more than a few. Entries left by a writer that
 ** rolled back (the slots they name were used again by the next writer) or
-** by damage fill a table up without counting; a rebuild drops them. */
+** by damage fill a table up without counting; a rebuild drops them. Ids
+** chosen to share one home (their hashes agree in the top bits, so they
+** collide at every table size) make long probes that a rebuild cannot
+** shorten: in a table this writer rebuilt (no stale entries), a long probe
+** is taken as it is. */
 #define IDTAB_MAX_PROBE 64u
 
-/* Puts slot under id; 0 when done, 1 when the probe ran too long. */
+/* Puts slot under id, probing at most max_probe entries past its home;
+** 0 when done, 1 when the probe ran too long (or the table is full). */
 static int
-idtab_put(const keel_idtab *t, uint64_t id, uint64_t slot)
+idtab_put(const keel_idtab *t, uint64_t id, uint64_t slot, uint64_t max_probe)
 {
     uint64_t mask = ((uint64_t)1 << t->log2) - 1;
     uint64_t h = id_home(id, t->log2);
-    for (uint32_t n = 0; KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY; n++) {
-        if (n >= IDTAB_MAX_PROBE || n > mask)
+    for (uint64_t n = 0; KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY; n++) {
+        if (n >= max_probe || n >= mask)
             return 1;
         h = (h + 1) & mask;
     }
@@ -436,13 +443,15 @@ idtab_rebuild(keel_store *st, uint32_t log2)
     t->tab = (uint32_t *)(void *)base;
     t->off = off;
     t->log2 = log2;
-    /* At most half full and free of stale entries: no probe runs long. */
+    /* At most half full (the caller sized it), so every put finds an empty
+    ** entry, however many ids share a home. */
     for (uint64_t s = 0; s < st->next_slot; s++)
-        idtab_put(t, keel__store_id(st, s), s);
+        (void)idtab_put(t, keel__store_id(st, s), s, UINT64_MAX);
     KEEL_STORE_RELEASE(&st->nidtabs, st->nidtabs + 1);
     st->work.idtab_offset = off;
     st->work.idtab_log2 = log2;
     st->idtab_covers = st->next_slot;
+    st->idtab_clean = true;
     return KEEL_OK;
 }
 
@@ -466,7 +475,10 @@ keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot)
     if (slot < st->idtab_covers)
         return KEEL_OK; /* a rebuild since the slot was written put it in */
     keel_idtab *t = &st->idtabs[st->nidtabs - 1];
-    if (idtab_put(t, id, slot) == 0)
+    /* keel__store_id_reserve keeps the table at most half full, so only
+    ** stale entries can make it fail an unbounded probe. */
+    if (idtab_put(t, id, slot,
+                  st->idtab_clean ? UINT64_MAX : IDTAB_MAX_PROBE) == 0)
         return KEEL_OK;
     /* Room for what the table holds now and as much again. */
     uint32_t log2 = t->log2;

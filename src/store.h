@@ -59,6 +59,9 @@ typedef struct keel_store {
     keel_idtab idtabs[KEEL_MAX_IDTABS]; /* every table mapped; last = current */
     uint32_t nidtabs;
     uint64_t idtab_covers;    /* writer: slots below this are in the table */
+    bool idtab_clean;         /* writer: the current table has no stale
+                               * entries (this writer built it, and no slot
+                               * it holds was given back since) */
     uint64_t huge_advised;    /* slots whose vectors had huge-page advice */
     /* Reader: mappings of uncommitted regions a restarted writer replaced.
      * They stay mapped until close, so a search that still reads one never

@@ -56,39 +56,52 @@ reader_loop(const char *path, double seconds, uint64_t seed)
             _exit(201);
         usleep(1000);
     }
-    uint64_t last_snap = 0, last_count = 0, wrong = 0, searches = 0;
+    uint64_t last_snap = 0, last_count = 0, searches = 0;
+    /* Wrong results by kind: snapshots going back, deleted or uncommitted
+    ** ids, wrong distances, short answers. */
+    uint64_t back = 0, dead = 0, far = 0, short_ = 0;
     float q[DIM], v[DIM];
     while (test_now() - t0 < seconds) {
         for (int c = 0; c < DIM; c++)
             q[c] = test_randf(&seed);
+        keel_stats before, after;
+        if (keel_stat(r, &before) != KEEL_OK)
+            _exit(203);
         keel_result res[10];
         size_t n;
         if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK)
             _exit(202);
-        keel_stats st;
-        if (keel_stat(r, &st) != KEEL_OK)
+        if (keel_stat(r, &after) != KEEL_OK)
             _exit(203);
         /* Counts and snapshots only move forward. */
-        if (st.snapshot < last_snap || st.count < last_count)
-            wrong++;
-        last_snap = st.snapshot;
-        last_count = st.count;
+        if (before.snapshot < last_snap || before.count < last_count ||
+            after.snapshot < before.snapshot || after.count < before.count)
+            back++;
+        last_snap = after.snapshot;
+        last_count = after.count;
         for (size_t i = 0; i < n; i++) {
             /* Ids are automatic: every committed id is below the slots of
              * the snapshot taken after the search. */
-            if (res[i].id % 7 == 0 || res[i].id >= st.slots) {
-                wrong++;
+            if (res[i].id % 7 == 0 || res[i].id >= after.slots) {
+                dead++;
                 continue;
             }
             td_vec_of(res[i].id, DIM, v);
             double d = sqrt(td_l2sq(v, q, DIM));
             if (fabs(d - res[i].distance) > 1e-4 * (1 + d))
-                wrong++;
+                far++;
         }
-        if (n < 10 && st.count >= 10)
-            wrong++;
+        /* The search's snapshot is at least the one before it. */
+        if (n < 10 && before.count >= 10)
+            short_++;
         searches++;
     }
+    uint64_t wrong = back + dead + far + short_;
+    if (wrong)
+        fprintf(stderr, "reader: %llu snapshots back, %llu deleted or "
+                "uncommitted ids, %llu wrong distances, %llu short answers\n",
+                (unsigned long long)back, (unsigned long long)dead,
+                (unsigned long long)far, (unsigned long long)short_);
     keel_close(r);
     if (searches < 10)
         _exit(204);
