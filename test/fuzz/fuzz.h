@@ -64,6 +64,17 @@ fuzz_path(const char *tag)
     fuzz_fail("fuzz_path: too many tags");
 }
 
+/* A float in [-1, 1) from a splitmix64 sequence: reproducible vectors. */
+static inline float
+fuzz_randf(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
+}
+
 /* Removes the index at path and the files keel keeps next to it. */
 static inline void
 fuzz_remove(const char *path)

@@ -47,16 +47,6 @@ static base bases[NBASE];
 
 static uint64_t rng_state = 1;
 
-static float
-rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
-}
-
 static void
 must(int rc, const char *what)
 {
@@ -72,7 +62,7 @@ add_random(keel_index *idx, size_t n, const uint64_t *ids)
     if (!v)
         fuzz_fail("out of memory");
     for (size_t i = 0; i < n * 8; i++)
-        v[i] = rnd();
+        v[i] = fuzz_randf(&rng_state);
     must(keel_add_batch(idx, v, n, ids, NULL), "add_batch");
     free(v);
 }

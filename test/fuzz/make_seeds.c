@@ -45,23 +45,13 @@ must(int rc, const char *what)
 
 static uint64_t rng = 7;
 
-static float
-rnd(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) * 0x1.0p-52 - 1.0);
-}
-
 static void
 add_n(keel_index *idx, uint32_t dim, size_t n)
 {
     float v[16];
     for (size_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < dim; j++)
-            v[j] = rnd();
+            v[j] = fuzz_randf(&rng);
         must(keel_add(idx, v, NULL), "add");
     }
 }
@@ -397,7 +387,7 @@ static void
 vec(seq *s)
 {
     for (int j = 0; j < 4; j++)
-        s->b[s->n++] = (uint8_t)(int8_t)(rnd() * 100);
+        s->b[s->n++] = (uint8_t)(int8_t)(fuzz_randf(&rng) * 100);
 }
 
 static void
