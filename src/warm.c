@@ -11,8 +11,9 @@
 ** a time), then MADV_POPULATE_READ (Linux 5.14 and later) maps each step,
 ** waiting for its reads, and leaves the pages of a writable shared mapping
 ** clean; older kernels answer the second with EINVAL and keep the first.
-** (Measured on GloVe-100 340k, evicted: the first result at 81-87 ms with
-** warm in the quiet rounds, against 113-153 ms without; make bench.)
+** (make bench, GloVe-100 340k evicted from the page cache: 100th result
+** at 95 ms [77-103] with warm against 195 ms [143-205] without; reading
+** one step at a time gave no gain over not warming.)
 **
 ** Order: the heap (upper layers, which every search crosses first), then
 ** each segment's level-0 records, vectors and slot headers, segment by
