@@ -51,25 +51,31 @@ case $(uname -m) in
 x86_64) ISA_SRC="src/dist_avx2.c src/dist_avx512.c" ;;
 aarch64) ISA_SRC="src/dist_neon.c" ;;
 esac
-mkdir -p "$OUT/obj" "$OUT/artifacts"
-newest_header=$(ls -t include/*.h src/*.h | head -n 1)
-OBJS=
+# The library's sources for this machine, and the flags of its kernels.
+LIB_SRC=
 for src in src/*.c; do
     case $src in
     src/dist_avx2.c | src/dist_avx512.c | src/dist_neon.c)
         case " $ISA_SRC " in *" $src "*) ;; *) continue ;; esac ;;
     esac
+    LIB_SRC="$LIB_SRC $src"
+done
+isa_flags() {
+    case $1 in
+    src/dist_avx2.c) echo "-mavx2 -mfma -mf16c" ;;
+    src/dist_avx512.c) echo "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c" ;;
+    esac
+}
+mkdir -p "$OUT/obj" "$OUT/artifacts"
+newest_header=$(ls -t include/*.h src/*.h | head -n 1)
+OBJS=
+for src in $LIB_SRC; do
     obj="$OUT/obj/$(basename "$src" .c).o"
     OBJS="$OBJS $obj"
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_header" -nt "$obj" ]; then
-        extra=
-        case $src in
-        src/dist_avx2.c) extra="-mavx2 -mfma -mf16c" ;;
-        src/dist_avx512.c) extra="-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c" ;;
-        esac
         echo "CC $src"
-        # shellcheck disable=SC2086
-        $CLANG $CFLAGS -fsanitize=fuzzer-no-link $extra -c "$src" -o "$obj"
+        # shellcheck disable=SC2046,SC2086
+        $CLANG $CFLAGS -fsanitize=fuzzer-no-link $(isa_flags "$src") -c "$src" -o "$obj"
     fi
 done
 
@@ -166,22 +172,9 @@ if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
     mkdir -p "$COV"
     CCOV="-std=c11 -D_GNU_SOURCE -g -O1 -pthread -Iinclude -Isrc -Itest/fuzz"
     CCOV="$CCOV -fprofile-instr-generate -fcoverage-mapping"
-    LIB_SRC=
-    for src in src/*.c; do
-        case $src in
-        src/dist_avx2.c | src/dist_avx512.c | src/dist_neon.c)
-            case " $ISA_SRC " in *" $src "*) ;; *) continue ;; esac ;;
-        esac
-        LIB_SRC="$LIB_SRC $src"
-    done
     for src in $LIB_SRC; do
-        extra=
-        case $src in
-        src/dist_avx2.c) extra="-mavx2 -mfma -mf16c" ;;
-        src/dist_avx512.c) extra="-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c" ;;
-        esac
-        # shellcheck disable=SC2086
-        $CLANG $CCOV $extra -c "$src" -o "$COV/$(basename "$src" .c).o"
+        # shellcheck disable=SC2046,SC2086
+        $CLANG $CCOV $(isa_flags "$src") -c "$src" -o "$COV/$(basename "$src" .c).o"
     done
     BINS=
     for t in $FUZZ_TARGETS; do
