@@ -416,6 +416,51 @@ TEST(warm_reads_what_was_written_and_changes_nothing)
     free(bytes1);
 }
 
+TEST(a_reader_that_asked_for_warm_warms_the_compacted_file)
+{
+    /* As above: one large segment, so most of the file is unwritten tail. */
+    keel__test_geometry(18, 0, 0, 0, 0);
+    keel_index *w = fill("wc.keel", 20000, NULL), *r;
+    CHECK(w);
+    const char *path = test_path("wc.keel");
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    CHECK_OK(keel_warm(r)); /* turns warm on for the handle */
+    for (uint64_t i = 0; i < 1000; i++)
+        CHECK_OK(keel_delete(w, i));
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_close(w));
+    /* The writer's pages of the new file leave the cache; only the
+     * reader's warm on the file it moves to can bring them back. */
+    evict(path);
+    double written = 0, tail = 0;
+    CHECK(residency(path, &written, &tail) == 0);
+    int cold = written < 0.2;
+    if (!cold)
+        printf("    (the system kept %.2f of the file in memory after "
+               "eviction; not judging residency)\n", written);
+    CHECK_OK(keel_refresh(r)); /* sees the superseded mark and moves */
+    double t0 = test_now();
+    while (test_now() - t0 < 30) {
+        CHECK(residency(path, &written, &tail) == 0);
+        if (written >= 0.85)
+            break;
+        usleep(20000);
+    }
+    keel__test_geometry(0, 0, 0, 0, 0);
+    printf("    the compacted file after the move: %.3f of the written pages "
+           "resident (%.2f s)\n", written, test_now() - t0);
+    if (cold)
+        CHECK_MSG(written >= 0.85, "only %.3f of the written pages", written);
+    CHECK_U64(keel_count(r), 19000);
+    float q[DIM];
+    td_vec_of(5000, DIM, q);
+    keel_result res[1];
+    size_t n;
+    CHECK_OK(keel_search(r, q, 1, NULL, res, &n));
+    CHECK(n == 1 && res[0].id == 5000 && res[0].distance == 0.0f);
+    CHECK_OK(keel_close(r));
+}
+
 TEST(warm_thirty_rounds_and_fork)
 {
     keel_index *w = fill("w30.keel", 3000, NULL);
