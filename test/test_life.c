@@ -356,6 +356,39 @@ evict(const char *path)
     close(fd);
 }
 
+/* Evicts the file from the page cache. 1 when it left (residency can be
+** judged), 0 when the system kept it anyway (noted), -1 on an error. */
+static int
+evict_cold(const char *path)
+{
+    double written = 0, tail = 0;
+    evict(path);
+    if (residency(path, &written, &tail) != 0)
+        return -1;
+    if (written < 0.2)
+        return 1;
+    printf("    (the system kept %.2f of the file in memory after eviction; "
+           "not judging residency)\n", written);
+    return 0;
+}
+
+/* Polls the file's residency until 85% of its written pages are in memory
+** or 30 s passed; *secs is the time it took. -1 on an error. */
+static int
+wait_resident(const char *path, double *written, double *tail, double *secs)
+{
+    double t0 = test_now();
+    do {
+        if (residency(path, written, tail) != 0)
+            return -1;
+        if (*written >= 0.85)
+            break;
+        usleep(20000);
+    } while (test_now() - t0 < 30);
+    *secs = test_now() - t0;
+    return 0;
+}
+
 TEST(warm_reads_what_was_written_and_changes_nothing)
 {
     /* 20,000 vectors of 24 dims in one segment of 262,144 slots: most of it
@@ -377,25 +410,15 @@ TEST(warm_reads_what_was_written_and_changes_nothing)
     CHECK_OK(keel_open_reader(path, NULL, &r));
     CHECK_OK(keel_search(r, q, 10, NULL, plain, &np));
     CHECK_OK(keel_close(r));
-    evict(path);
-    double written = 0, tail = 0;
-    CHECK(residency(path, &written, &tail) == 0);
-    int cold = written < 0.2;
-    if (!cold)
-        printf("    (the system kept %.2f of the file in memory after "
-               "eviction; not judging residency)\n", written);
+    int cold = evict_cold(path);
+    CHECK(cold >= 0);
     keel_options o = {.flags = KEEL_WARM};
     CHECK_OK(keel_open_reader(path, &o, &r));
-    double t0 = test_now();
-    while (test_now() - t0 < 30) {
-        CHECK(residency(path, &written, &tail) == 0);
-        if (written >= 0.85)
-            break;
-        usleep(20000);
-    }
+    double written, tail, secs;
+    CHECK(wait_resident(path, &written, &tail, &secs) == 0);
     keel__test_geometry(0, 0, 0, 0, 0);
     printf("    after warm: %.3f of the written pages resident, %.3f of the "
-           "unwritten tail (%.2f s)\n", written, tail, test_now() - t0);
+           "unwritten tail (%.2f s)\n", written, tail, secs);
     if (cold) {
         CHECK_MSG(written >= 0.85, "only %.3f of the written pages", written);
         CHECK_MSG(tail < 0.05, "%.3f of the unwritten tail read", tail);
@@ -431,24 +454,14 @@ TEST(a_reader_that_asked_for_warm_warms_the_compacted_file)
     CHECK_OK(keel_close(w));
     /* The writer's pages of the new file leave the cache; only the
      * reader's warm on the file it moves to can bring them back. */
-    evict(path);
-    double written = 0, tail = 0;
-    CHECK(residency(path, &written, &tail) == 0);
-    int cold = written < 0.2;
-    if (!cold)
-        printf("    (the system kept %.2f of the file in memory after "
-               "eviction; not judging residency)\n", written);
+    int cold = evict_cold(path);
+    CHECK(cold >= 0);
     CHECK_OK(keel_refresh(r)); /* sees the superseded mark and moves */
-    double t0 = test_now();
-    while (test_now() - t0 < 30) {
-        CHECK(residency(path, &written, &tail) == 0);
-        if (written >= 0.85)
-            break;
-        usleep(20000);
-    }
+    double written, tail, secs;
+    CHECK(wait_resident(path, &written, &tail, &secs) == 0);
     keel__test_geometry(0, 0, 0, 0, 0);
     printf("    the compacted file after the move: %.3f of the written pages "
-           "resident (%.2f s)\n", written, test_now() - t0);
+           "resident (%.2f s)\n", written, secs);
     if (cold)
         CHECK_MSG(written >= 0.85, "only %.3f of the written pages", written);
     CHECK_U64(keel_count(r), 19000);
