@@ -226,6 +226,17 @@ cmd_build(const opts *o)
     return 0;
 }
 
+/* Loads the saved index at o->pos[0] into c for searching (over space). */
+static void
+h_open(const opts *o, uint32_t dim, hnswlib::SpaceInterface<float> *space,
+       hctx *c)
+{
+    c->h = new hnswlib::HierarchicalNSW<float>(space, o->pos[0]);
+    c->cosine = o->metric == "cosine";
+    c->dim = dim;
+    c->qbuf.resize(dim);
+}
+
 static int
 cmd_sweep(const opts *o)
 {
@@ -240,10 +251,7 @@ cmd_sweep(const opts *o)
     int nef = bench_parse_efs(o->efs.c_str(), efs);
     hnswlib::SpaceInterface<float> *space = make_space(o, dim);
     hctx c;
-    c.h = new hnswlib::HierarchicalNSW<float>(space, o->pos[0]);
-    c.cosine = o->metric == "cosine";
-    c.dim = dim;
-    c.qbuf.resize(dim);
+    h_open(o, dim, space, &c);
     bench_engine e = {&c, h_set_ef, h_search, h_ndist};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"sweep\"";
@@ -267,11 +275,8 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     double ready_ms = bench_ms_since(t0);
     hnswlib::SpaceInterface<float> *space = make_space(o, dim);
     hctx c;
-    c.h = new hnswlib::HierarchicalNSW<float>(space, o->pos[0]);
+    h_open(o, dim, space, &c);
     double open_ms = bench_ms_since(t0);
-    c.cosine = o->metric == "cosine";
-    c.dim = dim;
-    c.qbuf.resize(dim);
     bench_engine e = {&c, h_set_ef, h_search, h_ndist};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"cold\"";
