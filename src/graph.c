@@ -64,9 +64,7 @@ keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
                    uint32_t cap, uint32_t *out, float *buf, const void **kvec)
 {
     uint32_t kept = 0, quarter = (cap + 3) / 4;
-    for (uint32_t i = 0; i < n; i++) {
-        if (kept >= cap)
-            break;
+    for (uint32_t i = 0; i < n && kept < cap; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
         float dc = keel__pack_dist(cand[i]);
         const float *cv = keel__graph_vec_f32(gr, c, buf);

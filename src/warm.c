@@ -73,9 +73,10 @@ add_range(void *addr, size_t len, int vectors, void *arg)
     w->ranges[w->n++].len = len;
 }
 
-/* Advises every range with adv in steps of WARM_STEP; 0 when stopped. */
+/* Advises every range with adv in steps of WARM_STEP; 0 when stopped. The
+** populating pass counts the bytes it brought in (w->advised). */
 static int
-advise_all(struct keel_warm *w, int adv, int count)
+advise_all(struct keel_warm *w, int adv)
 {
     size_t page = keel__page_size();
     for (size_t i = 0; i < w->n; i++) {
@@ -89,7 +90,7 @@ advise_all(struct keel_warm *w, int adv, int count)
                 return 0;
             size_t len = (size_t)KEEL_MIN((uintptr_t)WARM_STEP, end - a);
             keel__os->advise((void *)a, len, adv);
-            if (count)
+            if (adv == KEEL_ADV_POPULATE_READ)
                 w->advised += len;
             a += len;
         }
@@ -109,8 +110,8 @@ warm_main(void *arg)
      * Vectors with huge-page advice skip it: its reads fill the page cache
      * with small pages, while the faults' own reads bring whole 2 MiB
      * pieces the system can map with one huge page each. */
-    if (advise_all(w, KEEL_ADV_WILLNEED, 0))
-        advise_all(w, KEEL_ADV_POPULATE_READ, 1);
+    if (advise_all(w, KEEL_ADV_WILLNEED))
+        advise_all(w, KEEL_ADV_POPULATE_READ);
     __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
