@@ -395,14 +395,72 @@ ids_exhausted(const keel_index *idx)
                       "ids", idx->path);
 }
 
-/* Writes n vectors (checked) into new slots and links them; all or none. */
+/* An id and its place in a batch, for finding repeats by sorting. */
+typedef struct id_at {
+    uint64_t id;
+    size_t at;
+} id_at;
+
+static int
+id_at_order(const void *a, const void *b)
+{
+    const id_at *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* Refuses a batch that names an id twice, in O(n log n): sorted by (id,
+** place), repeats sit side by side. Names the repeat that comes first in the
+** batch, with the place of the id's first use. */
+static int
+check_distinct(const uint64_t *ids, size_t n)
+{
+    id_at *s = keel__malloc(n * sizeof *s);
+    if (!s)
+        return KEEL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        s[i] = (id_at){ids[i], i};
+    qsort(s, n, sizeof *s, id_at_order);
+    size_t first = 0, second = SIZE_MAX;
+    for (size_t i = 1; i < n; i++)
+        if (s[i].id == s[i - 1].id && (i == 1 || s[i - 1].id != s[i - 2].id) &&
+            s[i].at < second) {
+            first = s[i - 1].at; /* the run's first element */
+            second = s[i].at;
+        }
+    keel__free(s);
+    if (second == SIZE_MAX)
+        return KEEL_OK;
+    return keel__fail(KEEL_EINVAL,
+                      "id %llu appears twice in the batch (items %zu and %zu)"
+                      "\nhelp: give each vector of a batch its own id",
+                      (unsigned long long)ids[second], first, second);
+}
+
+/* Gives back what a failed add took: its slots (and the id-table entries
+** that name them, which become stale), its heap entries and the ids it
+** noted. Lists it changed may name the slots given back; those entries are
+** at or past the published count, where searches and links treat them as
+** empty, and committed lists are in the undo log. */
+static void
+add_rollback(keel_store *st, uint64_t next_slot, uint64_t heap_mark,
+             uint64_t next_id)
+{
+    keel__store_unreserve(st, next_slot);
+    keel__store_heap_reset(st, heap_mark);
+    keel__store_forget_ids(st, next_id);
+}
+
+/* Writes n vectors (checked) into new slots and links them; all or none:
+** on failure the index is as it was before the call. */
 static int
 add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
             uint64_t first_auto)
 {
     keel_store *st = idx->st;
     uint64_t first, heap_mark = keel__store_heap_mark(st);
-    uint64_t next_slot = st->next_slot;
+    uint64_t next_slot = st->next_slot, next_id = keel__store_next_id(st);
     int rc = keel__store_id_reserve(st, n);
     if (!rc)
         rc = keel__store_reserve(st, n, &first);
@@ -413,8 +471,7 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         uint64_t slot = first + i, ref = 0;
         uint32_t level = keel__graph_level(idx->gr, slot);
         if (level && (rc = keel__store_heap_alloc(st, level, &ref))) {
-            keel__store_unreserve(st, next_slot);
-            keel__store_heap_reset(st, heap_mark);
+            add_rollback(st, next_slot, heap_mark, next_id);
             return rc;
         }
         to_stored(idx, vecs + i * idx->dim, idx->conv + idx->dim, idx->conv);
@@ -423,23 +480,20 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
     }
     keel_search_ctx *c = keel__ctx_get(idx);
     if (!c) {
-        keel__store_unreserve(st, next_slot);
-        keel__store_heap_reset(st, heap_mark);
+        add_rollback(st, next_slot, heap_mark, next_id);
         return KEEL_ENOMEM;
     }
     for (size_t i = 0; i < n && !rc; i++)
         rc = keel__store_id_insert(st, ids ? ids[i] : first_auto + i, first + i);
-    if (rc) {
-        keel__ctx_put(idx, c);
-        keel__store_unreserve(st, next_slot);
-        keel__store_heap_reset(st, heap_mark);
-        return rc;
+    if (!rc) {
+        for (size_t i = 0; i < n; i++)
+            keel__store_note_id(st, ids ? ids[i] : first_auto + i);
+        rc = keel__build_link(&idx->builder, c, first, n,
+                              n > 1 ? idx->threads : 1);
     }
-    for (size_t i = 0; i < n; i++)
-        keel__store_note_id(st, ids ? ids[i] : first_auto + i);
-    rc = keel__build_link(&idx->builder, c, first, n,
-                          n > 1 ? idx->threads : 1);
     keel__ctx_put(idx, c);
+    if (rc)
+        add_rollback(st, next_slot, heap_mark, next_id);
     return rc;
 }
 
@@ -512,32 +566,12 @@ keel_add_batch(keel_index *idx, const float *vecs, size_t n,
         if ((rc = check_vector(idx, vecs + i * idx->dim, "vector",
                                (long long)i, 1)))
             return rc;
-    keel_idset seen = {0};
     if (ids) {
         for (size_t i = 0; i < n; i++)
             if (ids[i] == UINT64_MAX)
                 return reserved_id((long long)i);
-        if ((rc = keel__idset_build(&seen, ids, n)))
+        if ((rc = check_distinct(ids, n)))
             return rc;
-        if (seen.n != n) {
-            keel__idset_free(&seen);
-            keel_idset once = {0};
-            if ((rc = keel__idset_build(&once, NULL, 0)))
-                return rc;
-            /* Name the first repeated id. */
-            for (size_t i = 0; i < n; i++)
-                for (size_t j = 0; j < i; j++)
-                    if (ids[i] == ids[j]) {
-                        keel__idset_free(&once);
-                        return keel__fail(KEEL_EINVAL,
-                                          "id %llu appears twice in the batch "
-                                          "(items %zu and %zu)\nhelp: give "
-                                          "each vector of a batch its own id",
-                                          (unsigned long long)ids[i], j, i);
-                    }
-            keel__idset_free(&once);
-        }
-        keel__idset_free(&seen);
     }
     pthread_mutex_lock(&idx->write_lock);
     uint64_t first_auto = keel__store_next_id(idx->st);

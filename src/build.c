@@ -15,6 +15,7 @@
 #include "build.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <time.h>
 
 void
@@ -81,8 +82,11 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
         uint32_t ns = keel__graph_select(gr, w, (uint32_t)m, cap, c->sel,
                                          c->vbuf, c->link.vecs);
         keel__graph_set_list(gr, slot, lv, c->sel, ns);
-        for (uint32_t i = 0; i < ns; i++)
-            keel__graph_add_link(gr, c->sel[i], slot, lv, v->limit, &c->link);
+        for (uint32_t i = 0; i < ns && rc == KEEL_OK; i++)
+            rc = keel__graph_add_link(gr, c->sel[i], slot, lv, v->limit,
+                                      &c->link);
+        if (rc)
+            break;
     }
     if (rc == KEEL_OK && level > top)
         KEEL_STORE_RELEASE(&b->entry_packed,
@@ -100,6 +104,7 @@ typedef struct batch {
     uint64_t next;            /* next node to take (atomic) */
     uint64_t done;            /* nodes linked (atomic) */
     int rc;                   /* first failure (atomic) */
+    char msg[1024];           /* its message, written by the thread that set rc */
 } batch;
 
 static double
@@ -121,8 +126,11 @@ batch_work(batch *bt, keel_search_ctx *c, int reporter)
         int rc = link_node(bt->b, &bt->view, c, bt->first + i);
         if (rc) {
             int zero = 0;
-            __atomic_compare_exchange_n(&bt->rc, &zero, rc, 0,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            /* The message lives in the failing thread: the winner copies
+             * it for the caller (read after the workers are joined). */
+            if (__atomic_compare_exchange_n(&bt->rc, &zero, rc, 0,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                snprintf(bt->msg, sizeof bt->msg, "%s", keel_errmsg());
             break;
         }
         KEEL_STORE_RELEASE(&bt->linked[i], (uint8_t)1);
@@ -196,10 +204,18 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
     }
     keel__free(ws);
     keel__free(bt.linked);
-    if (bt.rc)
+    if (bt.rc) {
+        /* Nothing of the batch is published; the nodes that did link may
+         * have raised the working entry point: back to the store's. */
+        uint32_t e, l;
+        keel__store_entry(st, &e, &l);
+        KEEL_STORE_RELEASE(&b->entry_packed, (uint64_t)l << 32 | e);
+        if (bt.rc != KEEL_ENOMEM && strstr(bt.msg, "\nhelp: "))
+            return keel__fail(bt.rc, "%s", bt.msg);
         return keel__fail(bt.rc, "out of memory while linking %llu vectors\n"
                           "help: free memory, or add smaller batches",
                           (unsigned long long)n);
+    }
     if (b->progress)
         b->progress(n, n, b->progress_arg);
     /* Slots first, then the entry point: a search that sees the new entry

@@ -49,8 +49,13 @@ enum {
 enum {
     LO_ROUTING = 0, LO_GENERATION = 8, LO_SEGMENTS = 16, LO_HEAP_CHUNKS = 20,
     LO_SEG_TABLE = 64,
-    LO_HEAP_TABLE = 64 + 8 * KEEL_MAX_SEGMENTS
+    LO_HEAP_TABLE = 64 + 8 * KEEL_MAX_SEGMENTS,
+    LO_UNDO_TAG = LO_HEAP_TABLE + 8 * KEEL_MAX_HEAP_CHUNKS, /* 57408 */
+    LO_UNDO_PATH_LEN = LO_UNDO_TAG + 8,
+    LO_UNDO_PATH = LO_UNDO_TAG + 16
 };
+/* Bytes the live page holds for the undo log's path. */
+#define KEEL_UNDO_PATH_MAX (KEEL_PAGE_SLOT - LO_UNDO_PATH)
 
 #define KEEL_FLAG_SUPERSEDED 1u
 

@@ -162,14 +162,21 @@ rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep, uint32_t nk,
             KEEL_STORE_RELAXED(&list[j], KEEL_EMPTY);
 }
 
-void
+int
 keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
                      uint32_t level, uint64_t limit, keel_link_scratch *s)
 {
     uint32_t len;
     uint32_t *list = keel__store_list(gr->st, to, level, &len);
     if (!list)
-        return;
+        return KEEL_OK;
+    /* A committed node's lists go to the undo log before they change (before
+     * the stripe lock: the save may write). If they cannot, the link is not
+     * made and the add fails: a link the log cannot undo would let a crash
+     * cut committed nodes off, and an add that leaves it out is not whole. */
+    int rc = KEEL_OK;
+    if (to < gr->st->committed.count && (rc = keel__undo_save(gr->st, to)))
+        return rc;
     uint32_t *lock = &gr->stripes[to % KEEL_STRIPES];
     keel__spin_lock(lock);
     uint32_t free_pos = KEEL_EMPTY;
@@ -180,11 +187,6 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
         if ((e == KEEL_EMPTY || e >= limit) && free_pos == KEEL_EMPTY)
             free_pos = j;
     }
-    /* A committed node's lists go to the undo log before they change; if
-     * they cannot, the link is left out (the graph loses an edge, a crash
-     * loses nothing). */
-    if (to < gr->st->committed.count && keel__undo_save(gr->st, to) != KEEL_OK)
-        goto done;
     if (free_pos != KEEL_EMPTY) {
         KEEL_STORE_RELAXED(&list[free_pos], (uint32_t)from);
         goto done;
@@ -215,4 +217,5 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
     rewrite_list(list, len, s->keep, nk, s->flags);
 done:
     keel__spin_unlock(lock);
+    return rc;
 }

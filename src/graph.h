@@ -118,9 +118,12 @@ uint32_t keel__graph_select(const keel_graph *gr, const uint64_t *cand,
 void keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
                           const uint32_t *nb, uint32_t n);
 
-/* Adds a link to `from` into the list of node `to` at level, pruning with the heuristic when the list is full. limit:
-** slots at or past it are dropped when pruning (they belong to no one).
-** scratch: see keel_link_scratch. */
+/* Adds a link to `from` into the list of node `to` at level, pruning with
+** the heuristic when the list is full. limit: slots at or past it are
+** dropped when pruning (they belong to no one). scratch: see
+** keel_link_scratch. Returns KEEL_OK, or the undo log's failure to save a
+** committed `to` (KEEL_EIO, KEEL_EFULL, KEEL_ENOMEM, with a message), in
+** which case the list is unchanged. */
 typedef struct keel_link_scratch {
     uint64_t *cand;   /* M0 + 1 */
     uint32_t *keep;   /* M0 + 1 */
@@ -129,8 +132,8 @@ typedef struct keel_link_scratch {
     float *dists;     /* M0 + 1 */
     float *vbuf, *cbuf; /* dim each */
 } keel_link_scratch;
-void keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
-                          uint32_t level, uint64_t limit, keel_link_scratch *s);
+int keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
+                         uint32_t level, uint64_t limit, keel_link_scratch *s);
 
 /* Stripe and entry-point locks. */
 void keel__spin_lock(uint32_t *l);

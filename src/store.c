@@ -373,6 +373,13 @@ keel__store_note_id(keel_store *st, uint64_t id)
     }
 }
 
+void
+keel__store_forget_ids(keel_store *st, uint64_t next_id)
+{
+    st->work.next_id = next_id;
+    KEEL_STORE_RELAXED(&st->pub_next_id, next_id);
+}
+
 int
 keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
 {
@@ -754,8 +761,9 @@ keel__store_close(keel_store *st)
             keel__os->unmap(st->heap[c].base, (size_t)st->heap[c].bytes);
     for (uint32_t t = 0; t < st->nidtabs; t++)
         keel__os->unmap(st->idtabs[t].tab, (size_t)(4ull << st->idtabs[t].log2));
-    for (uint32_t r = 0; r < st->nretired; r++)
+    for (size_t r = 0; r < st->nretired; r++)
         keel__os->unmap(st->retired[r].addr, st->retired[r].len);
+    keel__free(st->retired);
     if (st->pages)
         keel__os->unmap(st->pages, KEEL_DATA_OFF);
     if (st->live)
@@ -768,6 +776,8 @@ keel__store_close(keel_store *st)
     if (st->undo_fd >= 0)
         keel__os->close(st->undo_fd);
     keel__free(st->undo_saved);
+    keel__free(st->undo_path);
+    keel__free(st->undo_for);
     pthread_mutex_destroy(&st->undo_lock);
     keel__free(st->pend_list);
     if (st->fd >= 0)
@@ -777,13 +787,19 @@ keel__store_close(keel_store *st)
     keel__free(st);
 }
 
-/* Keeps an old mapping alive until close (invariant 9). */
+/* Keeps an old mapping alive until close (invariant 9). The list grows as
+** long as memory lasts: a reader follows any number of writer restarts. */
 static int
 retire(keel_store *st, void *addr, uint64_t len)
 {
-    if (st->nretired >= sizeof st->retired / sizeof st->retired[0])
-        return KEEL_CORRUPT("%s: its writer restarted too often under this "
-                            "reader", st->path);
+    if (st->nretired == st->retired_cap) {
+        size_t cap = st->retired_cap ? 2 * st->retired_cap : 16;
+        struct keel_retired *r = keel__realloc(st->retired, cap * sizeof *r);
+        if (!r)
+            return KEEL_ENOMEM;
+        st->retired = r;
+        st->retired_cap = cap;
+    }
     st->retired[st->nretired].addr = addr;
     st->retired[st->nretired++].len = (size_t)len;
     return KEEL_OK;
@@ -1256,12 +1272,10 @@ refresh_live(keel_store *st)
     uint32_t nh = KEEL_LOAD_ACQUIRE((const uint32_t *)(const void *)(lp + LO_HEAP_CHUNKS));
     if (gen == st->live_gen && ns == st->live_nseg && nh == st->live_nheap)
         return;
-    st->live_gen = gen;
-    st->live_nseg = ns;
-    st->live_nheap = nh;
     keel_file_info fi;
     if (keel__os->stat(st->fd, &fi) != 0)
-        return;
+        return; /* looked at again by the next view */
+    int whole = 1;
     const uint64_t *segs = (const uint64_t *)(const void *)(lp + LO_SEG_TABLE);
     const uint64_t *chunks = (const uint64_t *)(const void *)(lp + LO_HEAP_TABLE);
     for (uint32_t k = st->snap.segments; k < ns && k < KEEL_MAX_SEGMENTS; k++) {
@@ -1270,16 +1284,27 @@ refresh_live(keel_store *st)
         uint64_t off = KEEL_LOAD_RELAXED(&segs[k]);
         if (off % KEEL_REGION_ALIGN || off < KEEL_DATA_OFF ||
             off > fi.size || L.bytes > fi.size - off ||
-            map_segment_at(st, k, off) != KEEL_OK)
+            map_segment_at(st, k, off) != KEEL_OK) {
+            whole = 0;
             break;
+        }
     }
     for (uint32_t c = st->snap.heap_chunks; c < nh && c < KEEL_MAX_HEAP_CHUNKS; c++) {
         uint64_t bytes = keel__heap_chunk_bytes(&st->g, c);
         uint64_t off = KEEL_LOAD_RELAXED(&chunks[c]);
         if (off % KEEL_REGION_ALIGN || off < KEEL_DATA_OFF ||
             off > fi.size || bytes > fi.size - off ||
-            map_chunk_at(st, c, off) != KEEL_OK)
+            map_chunk_at(st, c, off) != KEEL_OK) {
+            whole = 0;
             break;
+        }
+    }
+    /* What could not be mapped (a writer between writing an offset and
+     * growing the file, or no memory) is tried again by the next view. */
+    if (whole) {
+        st->live_gen = gen;
+        st->live_nseg = ns;
+        st->live_nheap = nh;
     }
     keel__clear_error();
 }

@@ -65,9 +65,9 @@ typedef struct keel_store {
     uint64_t huge_advised;    /* slots whose vectors had huge-page advice */
     /* Reader: mappings of uncommitted regions a restarted writer replaced.
      * They stay mapped until close, so a search that still reads one never
-     * touches unmapped memory. */
-    struct { void *addr; size_t len; } retired[64];
-    uint32_t nretired;
+     * touches unmapped memory. The list grows with every restart seen. */
+    struct keel_retired { void *addr; size_t len; } *retired;
+    size_t nretired, retired_cap;
 
     /* Writer state (guarded by the handle's write mutex unless noted). */
     keel_header committed;    /* the last commit */
@@ -93,6 +93,10 @@ typedef struct keel_store {
     int undo_fd;              /* -1 until the first save since a commit */
     uint64_t undo_end;
     uint64_t undo_identity;   /* hash of the commit the log undoes to */
+    uint64_t undo_tag;        /* names this log in the live page and its own
+                               * header (0 until the first save) */
+    char *undo_path;          /* absolute path of the log, fixed at open */
+    char *undo_for;           /* the store path undo_path was made for */
     double undo_synced_at;
     uint64_t *saved_bits[KEEL_MAX_SEGMENTS]; /* nodes saved (atomic bits) */
     uint32_t *undo_saved;     /* slots saved since the last commit */
@@ -250,6 +254,8 @@ int keel__store_id_reserve(keel_store *st, uint64_t n_more);
 int keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot);
 uint64_t keel__store_next_id(const keel_store *st);
 void keel__store_note_id(keel_store *st, uint64_t id);
+/* Sets the next automatic id back to next_id (a failed add). */
+void keel__store_forget_ids(keel_store *st, uint64_t next_id);
 
 /* Writer: deletes (hidden at once; durable at commit). */
 int keel__store_delete(keel_store *st, uint64_t slot);
@@ -257,8 +263,11 @@ size_t keel__store_pending_deletes(const keel_store *st);
 
 /* Undo log (undo.c). save: call before the first change to the lists of
 ** a committed node since the last commit; KEEL_OK once its lists are in the
-** log. sync: make the log durable. end: drop it after a commit. recover:
-** writer open, after the intent recovery: restore saved lists. */
+** log, else KEEL_EIO, KEEL_EFULL or KEEL_ENOMEM with a message naming the
+** log (the lists must then stay as they are). sync: make the log durable.
+** end: drop it after a commit. recover: writer open, after the intent
+** recovery: restore the lists the log the live page names saved, and fix
+** where this writer's log goes. */
 int keel__undo_save(keel_store *st, uint64_t slot);
 int keel__undo_sync(keel_store *st);
 void keel__undo_end(keel_store *st);

@@ -23,14 +23,25 @@
 **       system writes changed list pages back before the entries that undo
 **       them (power loss only; a killed process loses nothing).
 **
+**   (5) The log is found through the index, not its name: before the log's
+**       first entry, the log's absolute path and a tag (a random word, also
+**       in the log's header) go into the live page, and the index is synced.
+**       A writer open recovers from the log the live page names, whatever
+**       name the index was opened by (a hard link, a rename), and only if
+**       the log's tag matches; then it removes that log.
+**   (6) A save that cannot write its entry fails, and the caller leaves the
+**       node's lists as they are (the add fails whole): no list of a
+**       committed node changes unless its entry is in the log.
+**
 ** File: "KEELUNDO" (8), version u32 = 1, reserved u32, commit hash u64,
-** reserved u64; then entries: slot u32, words u32, words x u32 (level-0 list,
-** then each upper list), xxh3-64 of the entry's bytes seeded with the commit
-** hash.
+** tag u64 (0 in logs written before tags); then entries: slot u32, words
+** u32, words x u32 (level-0 list, then each upper list), xxh3-64 of the
+** entry's bytes seeded with the commit hash.
 */
 #include "store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -58,26 +69,125 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The message of a failed call on the log: KEEL_EFULL for a full disk,
+** KEEL_EIO otherwise; err is -errno. */
+static int
+undo_fail(int err, const char *what, const char *path)
+{
+    if (err == -ENOSPC || err == -EDQUOT)
+        return keel__fail(KEEL_EFULL,
+                          "%s the undo log %s failed: no space left on the "
+                          "device\nhelp: free disk space, then retry the add; "
+                          "the index keeps its last flush and the adds since",
+                          what, path);
+    if (err == -ENAMETOOLONG)
+        return keel__fail(KEEL_EIO,
+                          "%s the undo log %s failed: the path is too long\n"
+                          "help: move the index to a shorter path (its undo "
+                          "log is its path plus \".undo\"); the index keeps its "
+                          "last flush and the adds since", what, path);
+    return keel__fail(KEEL_EIO,
+                      "%s the undo log %s failed: %s\nhelp: adds to an index "
+                      "with flushed vectors keep an undo log beside it: make "
+                      "its directory writable (or remove a stale log owned by "
+                      "another user) and check the disk; the index keeps its "
+                      "last flush and the adds since", what, path,
+                      strerror(-err));
+}
+
+/* A tag no other log has: a hash of the time and this store's address. */
+static uint64_t
+new_tag(const keel_store *st)
+{
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t f[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec,
+                     (uint64_t)(uintptr_t)st,
+                     __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)};
+    uint64_t t = XXH3_64bits(f, sizeof f);
+    return t ? t : 1;
+}
+
+/* Rule (5): names the log in the live page, then syncs the index so the
+** name is durable before any list it guards changes. */
+static int
+undo_announce(keel_store *st)
+{
+    size_t len = strlen(st->undo_path);
+    uint8_t *lp = st->live;
+    KEEL_STORE_RELAXED((uint64_t *)(void *)(lp + LO_UNDO_TAG), (uint64_t)0);
+    KEEL_STORE_RELAXED((uint32_t *)(void *)(lp + LO_UNDO_PATH_LEN),
+                       (uint32_t)len);
+    memcpy(lp + LO_UNDO_PATH, st->undo_path, len);
+    KEEL_STORE_RELEASE((uint64_t *)(void *)(lp + LO_UNDO_TAG), st->undo_tag);
+    int err = keel__os->sync(st->fd);
+    if (err) {
+        st->poisoned = 1; /* store.c invariant (7) */
+        return keel__fail(err == -ENOSPC ? KEEL_EFULL : KEEL_EIO,
+                          "syncing %s before its first unflushed graph change "
+                          "failed: %s\nhelp: check the disk, then close the "
+                          "index and open it again; it reopens at its last "
+                          "flush", st->path, strerror(-err));
+    }
+    return KEEL_OK;
+}
+
+/* Where this writer's log goes: beside the index, under the absolute path
+** of the name it was opened by, fixed at open (a rename while open moves
+** nothing: rule (5) finds the log where it is). Placed again only when the
+** store takes another name (compaction renames its new file over the
+** index's name). */
+static int
+undo_place(keel_store *st)
+{
+    if (st->undo_for && strcmp(st->undo_for, st->path) == 0)
+        return KEEL_OK;
+    char real[PATH_MAX];
+    const char *base = keel__os->resolve(st->path, real, sizeof real) == 0
+                           ? real : st->path;
+    char *p = keel__path_plus(base, ".undo");
+    char *f = keel__path_plus(st->path, "");
+    if (!p || !f) {
+        keel__free(p);
+        keel__free(f);
+        return KEEL_ENOMEM;
+    }
+    keel__free(st->undo_path);
+    keel__free(st->undo_for);
+    st->undo_path = p;
+    st->undo_for = f;
+    return KEEL_OK;
+}
+
 /* Opens a fresh log for the current commit. Called with undo_lock held. */
 static int
 undo_begin(keel_store *st)
 {
-    char *p = keel__path_plus(st->path, ".undo");
-    if (!p)
-        return KEEL_ENOMEM;
+    int rc = undo_place(st);
+    if (rc)
+        return rc;
+    const char *p = st->undo_path;
+    if (strlen(p) >= KEEL_UNDO_PATH_MAX || strlen(p) >= PATH_MAX)
+        return undo_fail(-ENAMETOOLONG, "creating", p);
     keel__os->unlink(p);
     int fd = keel__os->open(p, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
-    keel__free(p);
     if (fd < 0)
-        return KEEL_EIO;
+        return undo_fail(fd, "creating", p);
     uint8_t hdr[UNDO_HDR] = {0};
     memcpy(hdr, UNDO_MAGIC, 8);
     keel__put32(hdr + 8, 1);
     st->undo_identity = keel__undo_identity(&st->committed);
+    st->undo_tag = new_tag(st);
     keel__put64(hdr + 16, st->undo_identity);
-    if (keel__os->pwrite(fd, hdr, UNDO_HDR, 0) != UNDO_HDR) {
+    keel__put64(hdr + 24, st->undo_tag);
+    ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
+    int err = n < 0 ? (int)n : n != UNDO_HDR ? -EIO : keel__os->sync(fd);
+    rc = err ? undo_fail(err, "writing", p) : undo_announce(st);
+    if (rc) {
         keel__os->close(fd);
-        return KEEL_EIO;
+        keel__os->unlink(p);
+        return rc;
     }
     st->undo_fd = fd;
     st->undo_end = UNDO_HDR;
@@ -110,6 +220,16 @@ keel__undo_save(keel_store *st, uint64_t slot)
         goto out;
     if (st->undo_fd < 0 && (rc = undo_begin(st)))
         goto out;
+    if (st->undo_saved_n == st->undo_saved_cap) {
+        size_t cap = st->undo_saved_cap ? st->undo_saved_cap * 2 : 1024;
+        uint32_t *l = keel__realloc(st->undo_saved, cap * sizeof *l);
+        if (!l) {
+            rc = KEEL_ENOMEM;
+            goto out;
+        }
+        st->undo_saved = l;
+        st->undo_saved_cap = cap;
+    }
     uint32_t level = (uint32_t)(KEEL_LOAD_ACQUIRE(keel__store_rec(st, slot)) & 0xFF);
     uint32_t words = st->g.M0 + level * st->g.M;
     size_t bytes = 8 + 4 * (size_t)words + 8;
@@ -131,20 +251,11 @@ keel__undo_save(keel_store *st, uint64_t slot)
     ssize_t n = keel__os->pwrite(st->undo_fd, e, bytes, st->undo_end);
     keel__free(e);
     if (n != (ssize_t)bytes) {
-        rc = KEEL_EIO;
+        /* Rule (6). A torn entry is written over by the next one. */
+        rc = undo_fail(n < 0 ? (int)n : -EIO, "writing", st->undo_path);
         goto out;
     }
     st->undo_end += bytes;
-    if (st->undo_saved_n == st->undo_saved_cap) {
-        size_t cap = st->undo_saved_cap ? st->undo_saved_cap * 2 : 1024;
-        uint32_t *l = keel__realloc(st->undo_saved, cap * sizeof *l);
-        if (!l) {
-            rc = KEEL_ENOMEM;
-            goto out;
-        }
-        st->undo_saved = l;
-        st->undo_saved_cap = cap;
-    }
     st->undo_saved[st->undo_saved_n++] = (uint32_t)slot;
     __atomic_fetch_or(&bits[i >> 6], bit, __ATOMIC_RELEASE);
     double t = now_s();
@@ -170,11 +281,7 @@ keel__undo_end(keel_store *st)
 {
     if (st->undo_fd < 0)
         return;
-    char *p = keel__path_plus(st->path, ".undo");
-    if (p) {
-        keel__os->unlink(p);
-        keel__free(p);
-    }
+    keel__os->unlink(st->undo_path);
     keel__os->close(st->undo_fd);
     st->undo_fd = -1;
     for (size_t j = 0; j < st->undo_saved_n; j++) {
@@ -186,41 +293,40 @@ keel__undo_end(keel_store *st)
     st->undo_saved_n = 0;
 }
 
-int
-keel__undo_recover(keel_store *st)
+/* The log to recover from: the one the live page names, with the tag it
+** must carry (rule 5); else, for a file whose writers kept no tags, the log
+** beside the name it was opened by (*tag 0). NULL: out of memory. */
+static char *
+undo_named(const keel_store *st, uint64_t *tag)
 {
-    char *p = keel__path_plus(st->path, ".undo");
-    if (!p)
-        return KEEL_ENOMEM;
-    int fd = keel__os->open(p, KEEL_OPEN_READ);
-    if (fd < 0) {
-        keel__free(p);
-        return KEEL_OK; /* no log: nothing to undo */
+    const uint8_t *lp = st->live;
+    uint64_t t = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
+    uint32_t len = keel__get32(lp + LO_UNDO_PATH_LEN);
+    *tag = 0;
+    if (t == 0 || len == 0 || len >= KEEL_UNDO_PATH_MAX)
+        return keel__path_plus(st->path, ".undo");
+    char *p = keel__malloc((size_t)len + 1);
+    if (p) {
+        memcpy(p, lp + LO_UNDO_PATH, len);
+        p[len] = '\0';
+        *tag = t;
     }
-    keel_file_info fi;
-    uint8_t *buf = NULL;
-    int rc = KEEL_OK, applied = 0;
-    if (keel__os->stat(fd, &fi) != 0 || fi.size < UNDO_HDR ||
-        fi.size > ((uint64_t)1 << 40))
-        goto done;
-    buf = keel__malloc((size_t)fi.size);
-    if (!buf) {
-        rc = KEEL_ENOMEM;
-        goto done;
-    }
-    if (keel__os->pread(fd, buf, (size_t)fi.size, 0) != (ssize_t)fi.size ||
-        memcmp(buf, UNDO_MAGIC, 8) != 0 || keel__get32(buf + 8) != 1)
-        goto done;
-    uint64_t ident = keel__get64(buf + 16);
-    if (ident != keel__undo_identity(&st->work))
-        goto done; /* rule (3): made for another commit */
+    return p;
+}
+
+/* Writes back the first entry of each slot of the log in buf (size bytes,
+** header checked); returns the number of slots restored. */
+static uint64_t
+undo_apply(keel_store *st, const uint8_t *buf, uint64_t size, uint64_t ident)
+{
+    uint64_t applied = 0;
     uint8_t *seen[KEEL_MAX_SEGMENTS] = {0};
-    for (uint64_t off = UNDO_HDR; off + 16 <= fi.size;) {
+    for (uint64_t off = UNDO_HDR; off + 16 <= size;) {
         uint32_t slot = keel__get32(buf + off);
         uint32_t words = keel__get32(buf + off + 4);
         uint64_t bytes = 16 + 4ull * words;
         if (words > st->g.M0 + KEEL_MAX_LEVELS * st->g.M ||
-            off + bytes > fi.size ||
+            off + bytes > size ||
             XXH3_64bits_withSeed(buf + off, bytes - 8, ident) !=
                 keel__get64(buf + off + bytes - 8))
             break; /* torn: the rest never reached the file */
@@ -247,15 +353,55 @@ keel__undo_recover(keel_store *st)
     }
     for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++)
         keel__free(seen[k]);
-    if (applied && keel__os->sync(st->fd) != 0)
+    return applied;
+}
+
+int
+keel__undo_recover(keel_store *st)
+{
+    int rc = undo_place(st);
+    if (rc)
+        return rc;
+    uint64_t tag;
+    char *p = undo_named(st, &tag);
+    if (!p)
+        return KEEL_ENOMEM;
+    int fd = keel__os->open(p, KEEL_OPEN_READ);
+    if (fd < 0) {
+        keel__free(p);
+        return KEEL_OK; /* no log: nothing to undo */
+    }
+    keel_file_info fi;
+    uint8_t *buf = NULL;
+    int ours = tag == 0; /* a log beside the index, from before tags */
+    if (keel__os->stat(fd, &fi) != 0 || fi.size < UNDO_HDR ||
+        fi.size > ((uint64_t)1 << 40))
+        goto done;
+    buf = keel__malloc((size_t)fi.size);
+    if (!buf) {
+        rc = KEEL_ENOMEM;
+        goto done;
+    }
+    if (keel__os->pread(fd, buf, (size_t)fi.size, 0) != (ssize_t)fi.size ||
+        memcmp(buf, UNDO_MAGIC, 8) != 0 || keel__get32(buf + 8) != 1 ||
+        keel__get64(buf + 24) != tag)
+        goto done; /* rule (5): another index's log, or none of ours */
+    ours = 1;
+    uint64_t ident = keel__get64(buf + 16);
+    if (ident != keel__undo_identity(&st->work))
+        goto done; /* rule (3): made for another commit */
+    if (undo_apply(st, buf, fi.size, ident) && keel__os->sync(st->fd) != 0)
         rc = keel__fail(KEEL_EIO, "syncing %s after undoing unflushed graph "
                         "changes failed\nhelp: check the disk, then open the "
                         "index again", st->path);
 done:
     keel__free(buf);
     keel__os->close(fd);
-    if (rc == KEEL_OK)
+    if (rc == KEEL_OK && ours) {
         keel__os->unlink(p);
+        KEEL_STORE_RELEASE((uint64_t *)(void *)(st->live + LO_UNDO_TAG),
+                           (uint64_t)0);
+    }
     keel__free(p);
     return rc;
 }
