@@ -104,7 +104,7 @@ typedef struct batch {
     uint64_t next;            /* next node to take (atomic) */
     uint64_t done;            /* nodes linked (atomic) */
     int rc;                   /* first failure (atomic) */
-    char msg[1024];           /* its message, written by the thread that set rc */
+    char msg[2048];           /* its message, written by the thread that set rc */
 } batch;
 
 static double

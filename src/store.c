@@ -578,13 +578,18 @@ keel__store_commit(keel_store *st)
     int err = keel__undo_sync(st);
     if (err)
         return poison(st, err, "syncing the undo log");
+    /* Invariant (2) counts from the newest header on disk, not from the last
+     * commit: a flush that failed after its intent header left that header
+     * newest, and a retry must not write a second copy with its sequence. */
+    uint64_t seq = st->newest_seq;
     if (st->pend_n == 0) {
-        w->sequence = st->committed.sequence + 1;
+        w->sequence = seq + 1;
         if ((keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
              (rc = sync_file(st))) ||
             (rc = write_header(st, w, copy)) || (rc = sync_file(st)))
             return rc;
         st->newest_copy = copy;
+        st->newest_seq = seq + 1;
     } else {
         uint64_t E = st->committed.epoch;
         keel_header *intent = keel__malloc(sizeof *intent);
@@ -592,15 +597,19 @@ keel__store_commit(keel_store *st)
             return KEEL_ENOMEM;
         *intent = st->committed;
         intent->pending_epoch = E + 1;
-        intent->sequence = st->committed.sequence + 1;
+        intent->sequence = seq + 1;
         rc = keel__mutant == KEEL_MUT_NO_INTENT ? KEEL_OK
                                                 : write_header(st, intent, copy);
         keel__free(intent);
-        if (rc || (keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
-                   (rc = sync_file(st))))
+        if (rc)
             return rc;
-        if (keel__mutant != KEEL_MUT_NO_INTENT)
+        if (keel__mutant != KEEL_MUT_NO_INTENT) {
             st->newest_copy = copy;
+            st->newest_seq = seq + 1;
+        }
+        if (keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
+            (rc = sync_file(st)))
+            return rc;
         for (size_t j = 0; j < st->pend_n; j++)
             KEEL_STORE_RELAXED(keel__store_mark(st, st->pend_list[j]), E + 1);
         if ((rc = sync_file(st)))
@@ -608,10 +617,11 @@ keel__store_commit(keel_store *st)
         w->epoch = E + 1;
         w->pending_epoch = 0;
         w->deleted = st->committed.deleted + st->pend_n;
-        w->sequence = st->committed.sequence + 2;
+        w->sequence = seq + 2;
         if ((rc = write_header(st, w, 1 - copy)) || (rc = sync_file(st)))
             return rc;
         st->newest_copy = 1 - copy;
+        st->newest_seq = seq + 2;
         KEEL_STORE_RELEASE(&st->epoch_now, E + 1);
         /* The marks are durable and E covers them: the pending bits can go.
          * Searches read a bit before the epoch, so none sees neither. */
@@ -1138,6 +1148,7 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
     if ((rc = keel__undo_recover(st)))
         goto fail;
     st->committed = st->work;
+    st->newest_seq = st->work.sequence;
     st->pub_deleted = st->work.deleted;
     st->pub_next_id = st->work.next_id;
     st->pub_sequence = st->work.sequence;

@@ -73,6 +73,8 @@ typedef struct keel_store {
     keel_header committed;    /* the last commit */
     keel_header work;         /* what the next commit will say */
     int newest_copy;          /* 0: copy A holds the newest valid header */
+    uint64_t newest_seq;      /* its sequence: what the disk says, which a
+                               * failed flush may have moved past committed */
     int poisoned;             /* a sync failed: no more commits */
     uint64_t nslots;          /* slots written and linked (atomic) */
     uint64_t next_slot;       /* slots reserved (written or being written) */

@@ -72,8 +72,16 @@ now_s(void)
 /* The message of a failed call on the log: KEEL_EFULL for a full disk,
 ** KEEL_EIO otherwise; err is -errno. */
 static int
-undo_fail(int err, const char *what, const char *path)
+undo_fail(int err, const char *what, const char *full)
 {
+    /* A path near PATH_MAX would push the help line out of the message. */
+    char path[600];
+    size_t len = strlen(full);
+    if (len < sizeof path)
+        snprintf(path, sizeof path, "%s", full);
+    else
+        snprintf(path, sizeof path, "(%zu bytes) ...%s", len,
+                 full + len - (sizeof path - 40));
     if (err == -ENOSPC || err == -EDQUOT)
         return keel__fail(KEEL_EFULL,
                           "%s the undo log %s failed: no space left on the "
