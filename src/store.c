@@ -5,7 +5,8 @@
 **
 **   (1) A header copy is written only after every byte it covers is synced.
 **   (2) A commit writes the copy that does not hold the newest valid header,
-**       with sequence = newest + 1.
+**       with sequence = newest + 1, newest as on disk (a failed flush may
+**       have left its intent header newest).
 **   (3) Committed bytes are never rewritten, except deleted epochs (through
 **       the intent protocol) and neighbour lists (single aligned 32-bit
 **       stores, entries that survive a change keep their positions).
@@ -530,16 +531,17 @@ keel__store_pending_deletes(const keel_store *st)
 
 /* --- headers and commits ----------------------------------------------- */
 
+/* Writes header h into copy. Allocates nothing (the writer's buffer is made
+** at open), so once a flush has written its intent header every failure
+** left is a failed write or sync, and those poison the writer. */
 static int
 write_header(keel_store *st, keel_header *h, int copy)
 {
-    uint8_t *buf = keel__malloc(KEEL_PAGE_SLOT);
-    if (!buf)
-        return KEEL_ENOMEM;
+    uint8_t *buf = st->hdr_buf;
+    memset(buf, 0, KEEL_PAGE_SLOT);
     keel__header_encode(h, buf);
     ssize_t n = keel__os->pwrite(st->fd, buf, h->length,
                                  copy ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
-    keel__free(buf);
     if (n < 0)
         return poison(st, (int)n, "writing the header");
     return KEEL_OK;
@@ -747,7 +749,10 @@ store_new(int fd, const char *path, int writer)
     st->fd = fd;
     st->writer = writer;
     st->path = strdup(path);
-    if (!st->path) {
+    st->hdr_buf = writer ? keel__malloc(KEEL_PAGE_SLOT) : NULL;
+    if (!st->path || (writer && !st->hdr_buf)) {
+        free(st->path);
+        keel__free(st->hdr_buf);
         keel__free(st);
         keel__fail(KEEL_ENOMEM, "out of memory\nhelp: free memory");
         return NULL;
@@ -788,6 +793,7 @@ keel__store_close(keel_store *st)
     keel__free(st->undo_saved);
     keel__free(st->undo_path);
     keel__free(st->undo_for);
+    keel__free(st->hdr_buf);
     pthread_mutex_destroy(&st->undo_lock);
     keel__free(st->pend_list);
     if (st->fd >= 0)

@@ -76,6 +76,9 @@ typedef struct keel_store {
     uint64_t newest_seq;      /* its sequence: what the disk says, which a
                                * failed flush may have moved past committed */
     int poisoned;             /* a sync failed: no more commits */
+    uint8_t *hdr_buf;         /* writer: KEEL_PAGE_SLOT bytes to encode
+                               * headers in (a flush allocates nothing after
+                               * its intent header) */
     uint64_t nslots;          /* slots written and linked (atomic) */
     uint64_t next_slot;       /* slots reserved (written or being written) */
     uint64_t epoch_now;       /* committed epoch, read by searches (atomic) */
