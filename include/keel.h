@@ -120,7 +120,10 @@ typedef struct keel_search_params {
 
 /* Opens the index at path as its writer, creating the file if it is missing.
 ** dim is the vectors' length, 1..4096; 0 takes it from an existing file.
-** Recovers the file to its last completed flush if a writer crashed. */
+** Recovers the file to its last completed flush if a writer crashed.
+** An index is a regular file: a directory at path gets KEEL_EINVAL, and a
+** FIFO, device or socket KEEL_ENOTINDEX, at once and without reading it
+** (this holds for keel_open_reader too). */
 int keel_open(const char *path, uint32_t dim, const keel_options *opt,
               keel_index **out);
 

@@ -268,8 +268,11 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
      * file it points to, and the undo log sits beside that file. */
     char real[4096];
     keel_file_info li;
-    if (keel__os->stat_path(path, &li) == 0 &&
-        keel__os->resolve(path, real, sizeof real) == 0)
+    int exists = keel__os->stat_path(path, &li) == 0;
+    /* A FIFO or device is refused here, by the name the caller gave. */
+    if (exists && !li.is_regular && li.type != KEEL_FILE_DIRECTORY)
+        return keel__not_regular_fail(path, li.type);
+    if (exists && keel__os->resolve(path, real, sizeof real) == 0)
         path = real;
     keel_index *idx = index_new(path, opt, 1);
     if (!idx)

@@ -5,6 +5,9 @@
 #include "test.h"
 #include "lib/testdata.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 void keel__test_geometry(uint32_t seg_base, uint32_t seg_doublings,
                          uint32_t heap_base, uint32_t heap_doublings,
                          uint32_t idtab_log2);
@@ -422,6 +425,55 @@ TEST(not_an_index_and_truncated_files)
     CHECK_OK(keel_close(idx));
     free(bytes);
     free(v);
+}
+
+/* Opens path as a reader and as a writer and wants rc and a message naming
+** the path and what it is. */
+static void
+refused_as(const char *path, int rc, const char *what)
+{
+    keel_index *idx = NULL;
+    CHECK_ERR(keel_open_reader(path, NULL, &idx), rc);
+    CHECK(idx == NULL);
+    CHECK_MSG_HAS(path);
+    CHECK_MSG_HAS(what);
+    CHECK_MSG_HAS("help: ");
+    CHECK_ERR(keel_open(path, DIM, NULL, &idx), rc);
+    CHECK(idx == NULL);
+    CHECK_MSG_HAS(path);
+    CHECK_MSG_HAS(what);
+    CHECK_ERR(keel_open(path, 0, NULL, &idx), rc);
+    CHECK_MSG_HAS(what);
+}
+
+TEST(files_that_are_not_regular_are_refused_at_once)
+{
+    /* A FIFO's open waits for a writer forever unless keel avoids it: the
+     * alarm turns such a hang into a failure. */
+    alarm(20);
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s", test_path("pipe.keel"));
+    CHECK(mkfifo(fifo, 0644) == 0);
+    refused_as(fifo, KEEL_ENOTINDEX, "is a FIFO");
+    refused_as("/dev/null", KEEL_ENOTINDEX, "is a character device");
+    refused_as("/dev/zero", KEEL_ENOTINDEX, "is a character device");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_path("dir.keel"));
+    CHECK(mkdir(dir, 0755) == 0);
+    refused_as(dir, KEEL_EINVAL, "is a directory");
+    /* A socket. */
+    char sock[4096];
+    snprintf(sock, sizeof sock, "%s", test_path("s.keel"));
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(sock) < sizeof sa.sun_path) {
+        memcpy(sa.sun_path, sock, strlen(sock) + 1);
+        CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+        refused_as(sock, KEEL_ENOTINDEX, "is a socket");
+    }
+    close(fd);
+    alarm(0);
 }
 
 TEST(batch_search_rows_equal_single_searches)

@@ -249,6 +249,39 @@ expect 1 "build into a text file" build "$T/notes.txt" "$BASE"
 cmp -s "$T/notes.txt" "$T/notes.orig" || fail "keel changed a text file"
 ok "a text file as INDEX exits 1 with a help line and is left unchanged"
 
+# A FIFO's open waits for a writer forever unless keel avoids it: each run
+# is bounded, so a hang fails the test instead of stopping it.
+mkfifo "$T/pipe.keel" || fail "cannot make a FIFO"
+for cmd in "info" "check" "get @ 1" "delete @ 1" "compact" \
+    "search @ $QUERY -k 1" "search --reader @ $QUERY -k 1" "build @ $BASE"; do
+    # shellcheck disable=SC2086
+    set -- $cmd
+    args=
+    for a in "$@"; do
+        [ "$a" = @ ] && a=$T/pipe.keel
+        args="$args $a"
+    done
+    [ "$cmd" = "${cmd#*@}" ] && args="$args $T/pipe.keel"
+    st=0
+    # shellcheck disable=SC2086
+    timeout 20 "$KEEL" $args >"$T/out" 2>"$T/err" || st=$?
+    [ "$st" -eq 1 ] || fail "keel$args on a FIFO exited $st, expected 1"
+    grep -q 'pipe.keel is a FIFO' "$T/err" ||
+        fail "keel$args does not say the path is a FIFO"
+    grep -q '^help: ' "$T/err" || fail "keel$args printed no help line"
+done
+ok "a FIFO as INDEX exits 1 at once, naming it a FIFO"
+
+for dev in /dev/null /dev/zero; do
+    st=0
+    timeout 20 "$KEEL" build "$dev" "$QUERY" >"$T/out" 2>"$T/err" ||
+        st=$?
+    [ "$st" -eq 1 ] || fail "build into $dev exited $st, expected 1"
+    grep -q "$dev is a character device" "$T/err" ||
+        fail "build into $dev does not say it is a character device"
+done
+ok "/dev/null and /dev/zero as INDEX are named character devices"
+
 expect 1 "search of a missing index" search "$T/missing.keel" "$QUERY" -k 1
 [ ! -e "$T/missing.keel" ] || fail "search created a missing index"
 expect 1 "info of a missing index" info "$T/missing.keel"
