@@ -295,7 +295,7 @@ for _ in 1 2 3; do
     printf '\062\000\000\000' >>"$T/dim50.fvecs"
     dd if=/dev/zero bs=200 count=1 2>/dev/null >>"$T/dim50.fvecs"
 done
-expect 1 "build of 50-d vectors into a 100-d index" build "$IDX" \
+expect 1 "build of 50-d vectors into a 100-d index" build --append "$IDX" \
     "$T/dim50.fvecs"
 expect 1 "search with 50-d queries" search "$IDX" "$T/dim50.fvecs" -k 1
 expect 0 "info after a refused build" info --json "$IDX"
@@ -334,10 +334,52 @@ awk -F '\t' '$3 != 200 { exit 1 }' "$T/allowed.tsv" ||
 ok "search --allowed returns only allowed ids"
 
 expect 1 "build with an id in use" build "$T/small.keel" "$T/three.fvecs" \
-    --ids "$T/three-ids.txt"
+    --ids "$T/three-ids.txt" --append
 expect 0 "info after a refused batch" info --json "$T/small.keel"
 grep -q '"count": 3' "$T/out" || fail "a refused batch added vectors"
 ok "a batch with ids in use adds nothing"
+
+expect 1 "build into an existing index without --append" build \
+    "$T/small.keel" "$T/three.fvecs"
+grep -q -- '--append' "$T/err" || fail "the refusal does not name --append"
+grep -q 'small.keel already holds an index of 3 vectors' "$T/err" ||
+    fail "the refusal does not say how many vectors the index holds"
+expect 0 "info after a build without --append" info --json "$T/small.keel"
+grep -q '"count": 3' "$T/out" || fail "a build without --append added vectors"
+expect 0 "build --append" build --append "$T/small.keel" "$T/three.fvecs"
+grep -q 'small.keel held 3 vectors before, 6 after$' "$T/out" ||
+    fail "build --append does not say the counts before and after"
+ok "build refuses an existing index without --append; --append says 3 -> 6"
+
+# A failed build of a new index leaves no file behind.
+printf '\002\000\000\000\000\000\300\177\000\000\200\077' >"$T/nan.fvecs"
+expect 1 "build of a NaN vector" build "$T/nan.keel" "$T/nan.fvecs"
+[ ! -e "$T/nan.keel" ] || fail "a build that failed on NaN left its index"
+printf '\002\000\000\000\000\000\000\000\000\000\000\000' >"$T/zero.fvecs"
+expect 1 "build of a zero vector under cosine" build "$T/zero.keel" \
+    "$T/zero.fvecs" --metric cosine
+[ ! -e "$T/zero.keel" ] || fail "a cosine build of a zero vector left its index"
+cat "$T/three.fvecs" "$T/nan.fvecs" >"$T/bad-tail.fvecs"
+st=0
+"$KEEL" build "$T/tail.keel" - <"$T/bad-tail.fvecs" >"$T/out" 2>"$T/err" ||
+    st=$?
+[ "$st" -eq 1 ] || fail "build from stdin with a bad last row exited $st"
+grep -q 'row 3 (byte offset 1212) gives dimension 2, but row 0 gives 100' \
+    "$T/err" || fail "build from stdin does not name the bad row"
+[ ! -e "$T/tail.keel" ] || fail "a failed build from stdin left its index"
+ok "a failed build of a new index removes the file it created"
+
+# Standard input is checked as it arrives: 100 MB of zeros fail at row 0,
+# in bounded memory, and leave no index.
+st=0
+head -c 100000000 /dev/zero |
+    (ulimit -v 150000 && timeout 20 "$KEEL" build "$T/zeros.keel" -) \
+    >"$T/out" 2>"$T/err" || st=$?
+[ "$st" -eq 1 ] || fail "build from 100 MB of zeros exited $st, expected 1"
+grep -q 'standard input: row 0 (byte offset 0) gives dimension 0' "$T/err" ||
+    fail "build from zeros does not say row 0 gives dimension 0"
+[ ! -e "$T/zeros.keel" ] || fail "build from zeros left an index"
+ok "build - checks the first row before reading on: zeros fail at once"
 
 # --- compact ---------------------------------------------------------------
 
