@@ -373,7 +373,7 @@ ok "a failed build of a new index removes the file it created"
 # in bounded memory, and leave no index.
 st=0
 head -c 100000000 /dev/zero |
-    (ulimit -v 150000 && timeout 20 "$KEEL" build "$T/zeros.keel" -) \
+    (ulimit -v 50000 && timeout 20 "$KEEL" build "$T/zeros.keel" -) \
     >"$T/out" 2>"$T/err" || st=$?
 [ "$st" -eq 1 ] || fail "build from 100 MB of zeros exited $st, expected 1"
 grep -q 'standard input: row 0 (byte offset 0) gives dimension 0' "$T/err" ||
