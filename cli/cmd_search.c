@@ -276,10 +276,10 @@ open_index(const char *path, cli_opt *opts, keel_index **idx)
         opt.flags |= KEEL_WARM;
     if (opts[O_HUGE].value != NULL)
         opt.flags |= KEEL_HUGE_PAGES;
-    if (opts[O_READER].value != NULL)
-        rc = cli_open_reader(path, &opt, idx);
-    else
-        rc = cli_open_writer(path, 0, &opt, 0, 0, idx);
+    /* A search never writes: a reader takes no lock, so it works while a
+    ** writer is open elsewhere, and it honours --warm and --huge-pages as
+    ** a writer does. --reader is accepted and changes nothing. */
+    rc = cli_open_reader(path, &opt, idx);
     if (rc == CLI_OK && opts[O_WARM].value != NULL) {
         int krc = keel_warm(*idx);
         if (krc != KEEL_OK)

@@ -381,6 +381,29 @@ grep -q 'standard input: row 0 (byte offset 0) gives dimension 0' "$T/err" ||
 [ ! -e "$T/zeros.keel" ] || fail "build from zeros left an index"
 ok "build - checks the first row before reading on: zeros fail at once"
 
+# A search opens a reader: it works while another process holds the writer.
+# The writer is a build from a FIFO: it opens the index after its first 8 MB
+# chunk (20,971 rows of 100 floats) and then waits for more input.
+mkfifo "$T/feed" || fail "cannot make a FIFO"
+"$KEEL" build "$T/held.keel" - <"$T/feed" >/dev/null 2>&1 &
+held=$!
+{ cat "$BASE" "$BASE" "$BASE"; exec sleep 60; } >"$T/feed" &
+feeder=$!
+i=0
+while :; do
+    run delete "$T/held.keel" 18446744073709551614
+    grep -q 'open for writing elsewhere' "$T/err" && break
+    i=$((i + 1))
+    [ $i -lt 200 ] || { kill $held $feeder; fail "the writer never opened"; }
+    sleep 0.1
+done
+run search "$T/held.keel" "$QUERY" -k 5
+kill $held $feeder 2>/dev/null
+wait $held $feeder 2>/dev/null
+[ "$st" -eq 0 ] || fail "search while another process writes exited $st"
+[ "$(field queries)" = 100 ] || fail "search while writing found no queries"
+ok "search works while another process holds the writer"
+
 # --- compact ---------------------------------------------------------------
 
 expect 0 "compact" compact "$IDX"
