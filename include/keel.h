@@ -137,7 +137,13 @@ int keel_open_reader(const char *path, const keel_options *opt,
 int keel_close(keel_index *idx);
 
 /* Adds a vector of keel_dim(idx) floats under the next automatic id: one past
-** the largest id ever used in this file. */
+** the largest id ever used in this file.
+** What keel takes, in vectors and queries alike (else KEEL_EINVAL naming the
+** vector, the component and its value): finite components; under KEEL_L2
+** and KEEL_IP a squared length (sum of squares) of at most 1e37, a length of
+** about 3.1e18, so that no distance overflows a float and none is NaN; under
+** KEEL_COSINE not all zeros; in a KEEL_F16 file components of at most 65504
+** in magnitude (l2 and ip). */
 int keel_add(keel_index *idx, const float *vec, uint64_t *id_out);
 
 /* Adds a vector under the caller's id (any value but UINT64_MAX). */
