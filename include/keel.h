@@ -22,6 +22,14 @@
 **   (keel_open_reader) in any process, lock-free: each search takes a fresh
 **   snapshot of the last completed flush.
 **
+** REPLACING THE FILE
+**   keel maps the file. Truncating it or overwriting it in place (cp over
+**   it, a shell's >, a restore) while any handle has it open kills that
+**   process with SIGBUS when it touches a page that is gone; no return code
+**   can report it. To replace an index, write the new file beside it, then
+**   rename it over the path: open handles keep the old file, and readers
+**   move to the new one, as after keel_compact.
+**
 ** OWNERSHIP
 **   keel never returns memory the caller must free, except the handle itself
 **   (keel_close). Every output buffer is the caller's and is written only on
