@@ -27,8 +27,8 @@
 **   it, a shell's >, a restore) while any handle has it open kills that
 **   process with SIGBUS when it touches a page that is gone; no return code
 **   can report it. To replace an index, write the new file beside it, then
-**   rename it over the path: open handles keep the old file, and readers
-**   move to the new one, as after keel_compact.
+**   rename it over the path: open handles keep searching the old file until
+**   closed, and handles opened after the rename get the new one.
 **
 ** OWNERSHIP
 **   keel never returns memory the caller must free, except the handle itself
