@@ -66,6 +66,8 @@ static const struct command commands[] = {
      "  --allowed FILE         search only these ids (same format as --ids)\n"
      "  --truth GT.ivecs       exact neighbours (0-based rows of the base\n"
      "                         file, which are the ids 'keel build' gives)\n"
+     "  --truth exact          with --allowed: recall against the exact\n"
+     "                         answer among the allowed ids (brute force)\n"
      "  --out FILE.tsv         write query, rank, id, distance per result\n"
      "                         (- for standard output)\n"
      "  --json                 print the summary as one JSON object\n"},

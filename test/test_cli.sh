@@ -153,6 +153,28 @@ expect 0 "search --json without truth" search "$IDX" "$QUERY" -k 5 --json
 grep -q '"recall": null' "$T/out" || fail "recall is not null without --truth"
 ok "search --json has recall null without --truth"
 
+# --truth with --allowed: the unfiltered truth file is refused; --truth exact
+# measures against the exact filtered answer, which equals the truth file's
+# when every id is allowed.
+seq 0 9999 >"$T/all-ids.txt"
+seq 0 7 9999 >"$T/some-ids.txt"
+expect 2 "--truth FILE with --allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/some-ids.txt" --truth "$TRUTH"
+grep -q -- '--truth exact' "$T/err" || fail "the refusal does not offer --truth exact"
+expect 2 "--truth exact without --allowed" search "$IDX" "$QUERY" -k 10 \
+    --truth exact
+expect 0 "search with --truth" search "$IDX" "$QUERY" -k 10 --truth "$TRUTH"
+unfiltered=$(field 'recall@10')
+expect 0 "--truth exact, every id allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/all-ids.txt" --truth exact
+[ "$(field 'recall@10')" = "$unfiltered" ] ||
+    fail "exact recall with every id allowed is $(field 'recall@10'), the truth file gives $unfiltered"
+expect 0 "--truth exact, one id in 7 allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/some-ids.txt" --truth exact
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "filtered recall@10 is '$recall'"
+ok "--truth exact with --allowed: recall@10 $recall (all allowed: $unfiltered)"
+
 # --- info and check --------------------------------------------------------
 
 expect 0 "info" info "$IDX"
