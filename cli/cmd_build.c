@@ -1,20 +1,39 @@
-/* cmd_build.c -- keel build: create or extend an index from a vector file.
+/* cmd_build.c -- keel build: create an index from a vector file, or add to
+** one with --append.
 **
-** The whole file goes in as one keel_add_batch, so a build is all or
-** nothing: a bad vector anywhere (NaN, a duplicate id) leaves the index as it
-** was, and a build that is interrupted leaves the last flush intact.
+** A build is all or nothing: nothing is flushed until every vector is in,
+** so a bad vector anywhere (NaN, a duplicate id) leaves an existing index as
+** it was, and a build that created the file removes it when it fails. A
+** file goes in as one keel_add_batch; standard input is read and added a
+** bounded chunk at a time, each row checked as it arrives, so memory stays
+** bounded and input that is not .fvecs fails at its first row.
 */
 #define _POSIX_C_SOURCE 200809L
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "vecfile.h"
 
 /* Positions in cmd_build's option table. */
-enum { O_IDS, O_METRIC, O_PRECISION, O_M, O_EFC, O_THREADS, O_COUNT };
+enum {
+    O_IDS,
+    O_METRIC,
+    O_PRECISION,
+    O_M,
+    O_EFC,
+    O_THREADS,
+    O_APPEND,
+    O_COUNT
+};
+
+/* Bytes of vectors standard input is read and added in at a time. */
+#define STREAM_CHUNK_BYTES ((size_t)8 << 20)
 
 static int
 parse_metric(const char *s, keel_metric *out)
@@ -101,6 +120,144 @@ print_summary(keel_index *idx, size_t n, double seconds)
            seconds < 10 ? 2 : 1, seconds, rate, size);
 }
 
+/* What the build reads: a whole file, or a stream a chunk at a time. */
+struct input {
+    const char *name; /* as the user gave it ("-" reads as "standard input") */
+    int streaming;
+    vecfile vf;       /* the whole file; or the stream's current chunk */
+    vecstream vs;
+    size_t cap;       /* rows vf.data holds when streaming */
+    int done;         /* the stream has ended */
+};
+
+static void
+input_free(struct input *in)
+{
+    if (in->streaming) {
+        vecstream_close(&in->vs);
+        free(in->vf.data);
+        in->vf.data = NULL;
+    } else {
+        vecfile_free(&in->vf);
+    }
+}
+
+/* Reads the whole file, or opens the stream and reads its first chunk, so
+** a bad input fails before the index is touched. */
+static int
+input_open(struct input *in, const char *name)
+{
+    char err[1024];
+
+    in->name = name;
+    in->streaming = strcmp(name, "-") == 0;
+    if (!in->streaming) {
+        if (vecfile_load(name, &in->vf, err, sizeof err) != VECFILE_OK)
+            return cli_fail_msg(err);
+        in->done = 1;
+        return CLI_OK;
+    }
+    if (vecstream_open(name, &in->vs, err, sizeof err) != VECFILE_OK)
+        return cli_fail_msg(err);
+    size_t row = (size_t)in->vs.dim * sizeof(float);
+    in->cap = STREAM_CHUNK_BYTES / row > 0 ? STREAM_CHUNK_BYTES / row : 1;
+    in->vf.dim = in->vs.dim;
+    in->vf.data = malloc(in->cap * row);
+    if (in->vf.data == NULL)
+        return cli_fail("free memory and retry",
+                        "out of memory for %zu rows of standard input",
+                        in->cap);
+    return CLI_OK;
+}
+
+/* Streaming: reads the next chunk into in->vf (n 0 at the end). */
+static int
+input_next(struct input *in)
+{
+    char err[1024];
+
+    in->vf.n = 0;
+    if (!in->streaming || in->done)
+        return CLI_OK;
+    if (vecstream_read(&in->vs, in->vf.data, in->cap, &in->vf.n, err,
+                       sizeof err) != VECFILE_OK)
+        return cli_fail_msg(err);
+    if (in->vf.n < in->cap)
+        in->done = 1;
+    return CLI_OK;
+}
+
+/* Adds every vector of the input (the first chunk is in in->vf already).
+** *total gets how many went in. */
+static int
+add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
+        const char *ids_path, size_t *total)
+{
+    cli_progress bar;
+    char a[32], b[32];
+
+    *total = 0;
+    for (;;) {
+        size_t n = in->vf.n;
+        if (ids != NULL && n > n_ids - *total)
+            return cli_usage("build",
+                             "give --ids a file with one id per vector, in "
+                             "the vectors' order",
+                             "--ids %s holds %s ids but %s holds more vectors",
+                             ids_path, cli_commas(n_ids, a, sizeof a),
+                             in->streaming ? "standard input" : in->name);
+        if (n > 0) {
+            cli_progress_begin(&bar, idx, "linking");
+            int krc = keel_add_batch(idx, in->vf.data, n,
+                                     ids ? ids + *total : NULL, NULL);
+            cli_progress_end(&bar, idx);
+            if (krc != KEEL_OK)
+                return cli_keel_error(krc);
+            *total += n;
+        }
+        if (in->done)
+            break;
+        int rc = input_next(in);
+        if (rc != CLI_OK)
+            return rc;
+    }
+    if (ids != NULL && *total != n_ids)
+        return cli_usage("build",
+                         "give --ids a file with one id per vector, in the "
+                         "vectors' order",
+                         "--ids %s holds %s ids but %s holds %s vectors",
+                         ids_path, cli_commas(n_ids, a, sizeof a),
+                         in->streaming ? "standard input" : in->name,
+                         cli_commas(*total, b, sizeof b));
+    return CLI_OK;
+}
+
+/* Looks at what is at path before anything is read: *existed is set if
+** there is a file, *count to its live vectors if it is an index (else
+** UINT64_MAX). A path that cannot be an index fails here. */
+static int
+probe_index(const char *path, int *existed, uint64_t *count)
+{
+    struct stat sb;
+    keel_index *probe = NULL;
+
+    *count = UINT64_MAX;
+    *existed = stat(path, &sb) == 0;
+    if (!*existed)
+        return CLI_OK;
+    int krc = keel_open_reader(path, NULL, &probe);
+    if (krc == KEEL_OK) {
+        *count = keel_count(probe);
+        keel_close(probe);
+        return CLI_OK;
+    }
+    /* A file that is not an index (yet) goes on to the writer, which
+    ** finishes a creation cut short and refuses anything else unchanged. */
+    if (krc == KEEL_ENOTINDEX && S_ISREG(sb.st_mode))
+        return CLI_OK;
+    return cli_keel_error(krc);
+}
+
 int
 cmd_build(int argc, char **argv)
 {
@@ -112,19 +269,20 @@ cmd_build(int argc, char **argv)
         [O_M] = {"-M", 1, NULL},
         [O_EFC] = {"--ef-construction", 1, NULL},
         [O_THREADS] = {"--threads", 1, NULL},
+        [O_APPEND] = {"--append", 0, NULL},
     };
     keel_options opt;
     unsigned given = 0;
-    vecfile vf = {0};
-    uint64_t *ids = NULL;
-    size_t n_ids = 0;
+    struct input in;
+    uint64_t *ids = NULL, before = 0;
+    size_t n_ids = 0, total = 0;
     keel_index *idx = NULL;
-    cli_progress bar;
-    char err[1024];
+    char err[1024], a[32], b[32];
     double start, seconds;
-    int npos, rc, krc;
+    int npos, rc, krc, existed = 0, opened = 0;
 
     memset(&opt, 0, sizeof opt);
+    memset(&in, 0, sizeof in);
     rc = cli_parse("build", argc, argv, opts, O_COUNT, &npos);
     if (rc == CLI_OK)
         rc = cli_want("build", npos, argv, names, 2, 0);
@@ -133,50 +291,63 @@ cmd_build(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     const char *path = argv[0], *vectors = argv[1];
+    int append = opts[O_APPEND].value != NULL;
 
-    /* Read every input before the index is opened, so a bad input file
-    ** never creates an empty index. */
-    if (vecfile_load(vectors, &vf, err, sizeof err) != VECFILE_OK)
-        return cli_fail_msg(err);
+    rc = probe_index(path, &existed, &before);
+    if (rc != CLI_OK)
+        return rc;
+    if (before != UINT64_MAX && !append)
+        return cli_fail("give --append to add these vectors to it, or build "
+                        "into a new path",
+                        "%s already holds an index of %s vectors; keel build "
+                        "adds to an existing index only with --append",
+                        path, cli_commas(before, a, sizeof a));
+
+    /* Read the input (or a stream's first chunk) before the index is
+    ** opened, so a bad input never creates an empty index. */
+    rc = input_open(&in, vectors);
+    if (rc != CLI_OK)
+        goto out;
     if (opts[O_IDS].value != NULL) {
         if (vecfile_load_ids(opts[O_IDS].value, &ids, &n_ids, err,
                              sizeof err) != VECFILE_OK) {
-            vecfile_free(&vf);
-            return cli_fail_msg(err);
+            rc = cli_fail_msg(err);
+            goto out;
         }
-        if (n_ids != vf.n) {
-            char a[32], b[32];
+        if (!in.streaming && n_ids != in.vf.n) {
             rc = cli_usage("build",
                            "give --ids a file with one id per vector, in the "
                            "vectors' order",
                            "--ids %s holds %s ids but %s holds %s vectors",
                            opts[O_IDS].value, cli_commas(n_ids, a, sizeof a),
-                           vectors, cli_commas(vf.n, b, sizeof b));
+                           vectors, cli_commas(in.vf.n, b, sizeof b));
             goto out;
         }
     }
-
-    rc = cli_open_writer(path, vf.dim, &opt, given, 1, &idx);
-    if (rc != CLI_OK)
+    if (in.streaming && (rc = input_next(&in)) != CLI_OK)
         goto out;
 
+    rc = cli_open_writer(path, in.vf.dim, &opt, given, 1, &idx);
+    if (rc != CLI_OK)
+        goto out;
+    opened = 1;
+    before = keel_count(idx);
+
     start = cli_now();
-    if (vf.n > 0) {
-        cli_progress_begin(&bar, idx, "linking");
-        krc = keel_add_batch(idx, vf.data, vf.n, ids, NULL);
-        cli_progress_end(&bar, idx);
-        if (krc != KEEL_OK) {
-            rc = cli_keel_error(krc);
-            goto out;
-        }
-    }
+    rc = add_all(idx, &in, ids, n_ids, opts[O_IDS].value, &total);
+    if (rc != CLI_OK)
+        goto out;
     krc = keel_flush(idx);
     if (krc != KEEL_OK) {
         rc = cli_keel_error(krc);
         goto out;
     }
     seconds = cli_now() - start;
-    print_summary(idx, vf.n, seconds);
+    print_summary(idx, total, seconds);
+    if (existed)
+        printf("%s held %s vectors before, %s after\n", path,
+               cli_commas(before, a, sizeof a),
+               cli_commas(keel_count(idx), b, sizeof b));
 
 out:
     if (idx != NULL) {
@@ -184,7 +355,13 @@ out:
         if (crc != KEEL_OK && rc == CLI_OK)
             rc = cli_keel_error(crc);
     }
+    /* Nothing was flushed; a file this build created goes, so a failed
+    ** build leaves the path as it found it. */
+    if (rc != CLI_OK && opened && !existed && unlink(path) != 0 &&
+        errno != ENOENT)
+        fprintf(stderr, "keel: could not remove %s, which this failed build "
+                "created: %s\n", path, strerror(errno));
     free(ids);
-    vecfile_free(&vf);
+    input_free(&in);
     return rc;
 }

@@ -156,6 +156,102 @@ recall(const struct job *job, const int32_t *truth, uint32_t width)
 }
 
 static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* --truth exact with --allowed: the exact filtered answer, by brute force
+** over the stored vectors of the allowed ids (keel_get), and the fraction of
+** it the search found. Each query's exact answer has min(K, live allowed
+** ids) entries; ties go to the smaller id, as in keel's results. */
+static int
+exact_recall(const struct job *job, const uint64_t *allowed, size_t n_allowed,
+             double *out)
+{
+    keel_stats st;
+    uint64_t *ids = NULL, *best = NULL;
+    double *bestd = NULL;
+    size_t *nbest = NULL, k = job->k, nq = job->nq, dim = job->dim;
+    float *vec = NULL;
+    int rc = CLI_OK, krc;
+
+    if ((krc = keel_stat(job->idx, &st)) != KEEL_OK)
+        return cli_keel_error(krc);
+    if (nq > SIZE_MAX / sizeof *best / k)
+        return cli_fail("search fewer queries or a smaller -k",
+                        "no memory for the exact answers of %zu queries", nq);
+    ids = malloc((n_allowed + 1) * sizeof *ids);
+    best = malloc(nq * k * sizeof *best + 1);
+    bestd = malloc(nq * k * sizeof *bestd + 1);
+    nbest = calloc(nq + 1, sizeof *nbest);
+    vec = malloc(dim * sizeof *vec + 1);
+    if (!ids || !best || !bestd || !nbest || !vec) {
+        rc = cli_fail("search fewer queries or give a shorter --allowed",
+                      "out of memory for the exact answers of %zu queries",
+                      nq);
+        goto out;
+    }
+    memcpy(ids, allowed, n_allowed * sizeof *ids);
+    qsort(ids, n_allowed, sizeof *ids, cmp_u64);
+    for (size_t a = 0; a < n_allowed; a++) {
+        if (a > 0 && ids[a] == ids[a - 1])
+            continue;
+        krc = keel_get(job->idx, ids[a], vec);
+        if (krc == KEEL_ENOTFOUND)
+            continue; /* not in the index: the search ignores it too */
+        if (krc != KEEL_OK) {
+            rc = cli_keel_error(krc);
+            goto out;
+        }
+        for (size_t i = 0; i < nq; i++) {
+            const float *q = job->queries + i * dim;
+            double d = 0;
+            for (size_t c = 0; c < dim; c++)
+                d += st.metric == KEEL_L2
+                         ? ((double)q[c] - vec[c]) * ((double)q[c] - vec[c])
+                         : -(double)q[c] * vec[c]; /* cosine: |q| is fixed */
+            uint64_t *b = best + i * k;
+            double *bd = bestd + i * k;
+            size_t n = nbest[i];
+            if (n == k && !(d < bd[k - 1]))
+                continue;
+            size_t at = n < k ? n : k - 1;
+            while (at > 0 && d < bd[at - 1]) {
+                bd[at] = bd[at - 1];
+                b[at] = b[at - 1];
+                at--;
+            }
+            bd[at] = d;
+            b[at] = ids[a];
+            if (n < k)
+                nbest[i] = n + 1;
+        }
+    }
+    uint64_t hits = 0, want = 0;
+    for (size_t i = 0; i < nq; i++) {
+        const keel_result *res = job->results + i * k;
+        want += nbest[i];
+        for (size_t r = 0; r < job->found[i]; r++)
+            for (size_t t = 0; t < nbest[i]; t++)
+                if (best[i * k + t] == res[r].id) {
+                    hits++;
+                    break;
+                }
+    }
+    *out = want ? (double)hits / (double)want : 1.0;
+out:
+    free(ids);
+    free(best);
+    free(bestd);
+    free(nbest);
+    free(vec);
+    return rc;
+}
+
+static int
 write_tsv(FILE *f, const char *name, const struct job *job)
 {
     for (size_t i = 0; i < job->nq; i++) {
@@ -243,6 +339,22 @@ load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
     if (opts[O_TRUTH].value == NULL)
         return CLI_OK;
     const char *tpath = opts[O_TRUTH].value;
+    int exact = strcmp(tpath, "exact") == 0;
+    if (exact && opts[O_ALLOWED].value == NULL)
+        return cli_usage("search",
+                         "give --truth a ground-truth .ivecs file; 'exact' "
+                         "is for searches with --allowed",
+                         "--truth exact needs --allowed");
+    if (!exact && opts[O_ALLOWED].value != NULL)
+        return cli_usage("search",
+                         "give --truth exact to measure recall against the "
+                         "exact answer among the allowed ids, which keel "
+                         "computes",
+                         "--truth %s holds the unfiltered neighbours, which "
+                         "say nothing of a search restricted by --allowed %s",
+                         tpath, opts[O_ALLOWED].value);
+    if (exact)
+        return CLI_OK;
     if (vecfile_load_ivecs(tpath, &in->truth, &in->n_truth, &in->truth_width,
                            err, sizeof err) != VECFILE_OK)
         return cli_fail_msg(err);
@@ -276,10 +388,10 @@ open_index(const char *path, cli_opt *opts, keel_index **idx)
         opt.flags |= KEEL_WARM;
     if (opts[O_HUGE].value != NULL)
         opt.flags |= KEEL_HUGE_PAGES;
-    if (opts[O_READER].value != NULL)
-        rc = cli_open_reader(path, &opt, idx);
-    else
-        rc = cli_open_writer(path, 0, &opt, 0, 0, idx);
+    /* A search never writes: a reader takes no lock, so it works while a
+    ** writer is open elsewhere, and it honours --warm and --huge-pages as
+    ** a writer does. --reader is accepted and changes nothing. */
+    rc = cli_open_reader(path, &opt, idx);
     if (rc == CLI_OK && opts[O_WARM].value != NULL) {
         int krc = keel_warm(*idx);
         if (krc != KEEL_OK)
@@ -428,7 +540,12 @@ cmd_search(int argc, char **argv)
     qsort(job.latency_ms, job.nq, sizeof *job.latency_ms, cmp_double);
     sum.p50 = percentile(job.latency_ms, job.nq, 0.50);
     sum.p99 = percentile(job.latency_ms, job.nq, 0.99);
-    if (in.truth != NULL || opts[O_TRUTH].value != NULL) {
+    if (opts[O_TRUTH].value != NULL && opts[O_ALLOWED].value != NULL) {
+        sum.has_recall = 1;
+        rc = exact_recall(&job, in.allowed, in.n_allowed, &sum.recall);
+        if (rc != CLI_OK)
+            goto done;
+    } else if (in.truth != NULL || opts[O_TRUTH].value != NULL) {
         sum.has_recall = 1;
         sum.recall = recall(&job, in.truth, in.truth_width);
     }

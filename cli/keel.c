@@ -28,16 +28,18 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"build", cmd_build, "create or extend an index from a file of vectors",
+    {"build", cmd_build, "create an index from vectors, or add to one",
      "usage: keel build INDEX VECTORS [options]\n"
      "\n"
-     "Creates INDEX if it is missing (else appends to it), adds every vector\n"
-     "of VECTORS in one all-or-nothing batch, and flushes. VECTORS is a\n"
-     ".fvecs, .bvecs or .npy file (2-D float32, float16 or uint8), or - for\n"
-     ".fvecs on standard input. Without --ids a new index numbers the\n"
+     "Creates INDEX (with --append, adds to an existing one), adds every\n"
+     "vector of VECTORS all or nothing, and flushes; a failed build leaves\n"
+     "the path as it was. VECTORS is a .fvecs, .bvecs or .npy file (2-D\n"
+     "float32, float16 or uint8), or - for .fvecs on standard input, read\n"
+     "and checked as it arrives. Without --ids a new index numbers the\n"
      "vectors 0, 1, 2, ... in file order.\n"
      "\n"
      "options:\n"
+     "  --append               add to INDEX if it exists (else refused)\n"
      "  --ids FILE             one id per vector: a text file with one\n"
      "                         decimal id per line, or a .npy of uint64\n"
      "  --metric l2|cosine|ip  distance of a new index (default l2)\n"
@@ -56,13 +58,16 @@ static const struct command commands[] = {
      "options:\n"
      "  -k K                   neighbours per query, 1..1000000 (required)\n"
      "  --ef N                 search width (default: the index's, 64)\n"
-     "  --reader               open as a reader instead of the writer\n"
+     "  --reader               open as a reader (the default; kept for\n"
+     "                         scripts)\n"
      "  --warm                 read the index into memory in the background\n"
      "  --huge-pages           ask for huge pages for the committed vectors\n"
      "  --threads N            search on N threads (default 1; 0: every core)\n"
      "  --allowed FILE         search only these ids (same format as --ids)\n"
      "  --truth GT.ivecs       exact neighbours (0-based rows of the base\n"
      "                         file, which are the ids 'keel build' gives)\n"
+     "  --truth exact          with --allowed: recall against the exact\n"
+     "                         answer among the allowed ids (brute force)\n"
      "  --out FILE.tsv         write query, rank, id, distance per result\n"
      "                         (- for standard output)\n"
      "  --json                 print the summary as one JSON object\n"},

@@ -859,6 +859,139 @@ vecfile_load(const char *path, vecfile *out, char *err, size_t errlen)
     return rc;
 }
 
+/* Reads exactly n bytes unless the stream ends first; returns the count. */
+static size_t
+read_full(FILE *f, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        size_t r = fread((char *)buf + got, 1, n - got, f);
+        if (r == 0)
+            break;
+        got += r;
+    }
+    return got;
+}
+
+static int
+stream_read_error(vecstream *s, char *err, size_t errlen)
+{
+    return vf_fail(err, errlen, VECFILE_EIO,
+                   "%s: read failed at row %zu: %s\nhelp: check the input "
+                   "and what writes it",
+                   s->name, s->rows, strerror(errno));
+}
+
+int
+vecstream_open(const char *path, vecstream *s, char *err, size_t errlen)
+{
+    int from_stdin = !strcmp(path, "-");
+    vecstream v = {.name = from_stdin ? "standard input" : path};
+    unsigned char hdr[4];
+    size_t got;
+    int32_t d0;
+
+    v.f = from_stdin ? stdin : fopen(path, "rb");
+    if (!v.f)
+        return vf_fail(err, errlen, VECFILE_EIO,
+                       "%s: cannot open it: %s\nhelp: check the path and "
+                       "that you may read the file",
+                       path, strerror(errno));
+    v.own = !from_stdin;
+    got = read_full(v.f, hdr, sizeof hdr);
+    if (got < sizeof hdr && ferror(v.f)) {
+        int rc = stream_read_error(&v, err, errlen);
+        vecstream_close(&v);
+        return rc;
+    }
+    if (got == 0) {
+        vecstream_close(&v);
+        return vf_fail(err, errlen, VECFILE_EFORMAT,
+                       "%s is empty: it holds no rows\nhelp: give an .fvecs "
+                       "file with at least one row; %s",
+                       v.name, fvecs_help);
+    }
+    if (got < sizeof hdr) {
+        vecstream_close(&v);
+        return vf_fail(err, errlen, VECFILE_EFORMAT,
+                       "%s: row 0 is cut short: its 4-byte dimension has "
+                       "only %zu bytes\nhelp: %s",
+                       v.name, got, fvecs_help);
+    }
+    d0 = rd_i32(hdr);
+    if (d0 < 1 || (uint32_t)d0 > VECFILE_MAX_DIM) {
+        vecstream_close(&v);
+        return vf_fail(err, errlen, VECFILE_EFORMAT,
+                       "%s: row 0 (byte offset 0) gives dimension %ld; it "
+                       "must be 1..%lu\nhelp: check that this is an .fvecs "
+                       "stream: %s",
+                       v.name, (long)d0, (unsigned long)VECFILE_MAX_DIM,
+                       fvecs_help);
+    }
+    v.dim = (uint32_t)d0;
+    v.first = 1;
+    *s = v;
+    return VECFILE_OK;
+}
+
+int
+vecstream_read(vecstream *s, float *dst, size_t max, size_t *n, char *err,
+               size_t errlen)
+{
+    size_t row_bytes = (size_t)s->dim * 4, stride = row_bytes + 4, i;
+
+    for (i = 0; i < max; i++) {
+        size_t at = s->rows * stride; /* byte offset of this row */
+        if (!s->first) {
+            unsigned char hdr[4];
+            size_t got = read_full(s->f, hdr, sizeof hdr);
+            if (got < sizeof hdr && ferror(s->f))
+                return stream_read_error(s, err, errlen);
+            if (got == 0)
+                break;
+            if (got < sizeof hdr)
+                return vf_fail(err, errlen, VECFILE_EFORMAT,
+                               "%s: row %zu (byte offset %zu), the last, is "
+                               "cut short: it has %zu of its %zu bytes\n"
+                               "help: the input ended in the middle of a "
+                               "row; send whole rows",
+                               s->name, s->rows, at, got, stride);
+            int32_t d = rd_i32(hdr);
+            if (d != (int32_t)s->dim)
+                return vf_fail(err, errlen, VECFILE_EFORMAT,
+                               "%s: row %zu (byte offset %zu) gives "
+                               "dimension %ld, but row 0 gives %lu\nhelp: "
+                               "every row of an .fvecs file must have the "
+                               "same dimension",
+                               s->name, s->rows, at, (long)d,
+                               (unsigned long)s->dim);
+        }
+        size_t got = read_full(s->f, dst + i * s->dim, row_bytes);
+        if (got < row_bytes && ferror(s->f))
+            return stream_read_error(s, err, errlen);
+        if (got < row_bytes)
+            return vf_fail(err, errlen, VECFILE_EFORMAT,
+                           "%s: row %zu (byte offset %zu), the last, is cut "
+                           "short: it has %zu of its %zu bytes\nhelp: the "
+                           "input ended in the middle of a row; send whole "
+                           "rows",
+                           s->name, s->rows, at, got + 4, stride);
+        s->first = 0;
+        s->rows++;
+    }
+    *n = i;
+    return VECFILE_OK;
+}
+
+void
+vecstream_close(vecstream *s)
+{
+    if (s && s->own && s->f)
+        fclose(s->f);
+    if (s)
+        s->f = NULL;
+}
+
 int
 vecfile_parse(const void *buf, size_t len, enum vecfile_format fmt,
               const char *name, vecfile *out, char *err, size_t errlen)

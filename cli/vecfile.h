@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define VECFILE_OK      0
 #define VECFILE_EFORMAT 1 /* the bytes are not a valid file of the format */
@@ -71,6 +72,31 @@ int vecfile_parse(const void *buf, size_t len, enum vecfile_format fmt,
 
 /* Frees v->data and zeroes v. NULL is a no-op. */
 void vecfile_free(vecfile *v);
+
+/* An .fvecs stream read a bounded chunk at a time, for inputs whose size is
+** not known in advance (standard input, a pipe). Each row's dimension is
+** checked as it arrives, so a stream that is not .fvecs fails at its first
+** row, after 4 bytes, however long it is. */
+typedef struct vecstream {
+    FILE *f;
+    int own;          /* f was opened here */
+    const char *name; /* what messages call the input */
+    uint32_t dim;     /* from row 0 */
+    size_t rows;      /* rows returned so far */
+    int first;        /* row 0's dimension was read but its data not yet */
+} vecstream;
+
+/* Opens path ("-": standard input) and reads row 0's dimension. */
+int vecstream_open(const char *path, vecstream *s, char *err, size_t errlen);
+
+/* Reads up to max rows into dst (max * s->dim floats); *n gets how many (0
+** at the end of the stream, after at least one row). A row of another
+** dimension or one cut short is an error naming its row and byte offset. */
+int vecstream_read(vecstream *s, float *dst, size_t max, size_t *n, char *err,
+                   size_t errlen);
+
+/* Closes what vecstream_open opened. NULL is a no-op. */
+void vecstream_close(vecstream *s);
 
 /* Ground truth: n rows of width int32 each, back to back in *rows
 ** (malloc'ed; the caller frees it). Values are not checked: they are ids.

@@ -22,6 +22,14 @@
 **   (keel_open_reader) in any process, lock-free: each search takes a fresh
 **   snapshot of the last completed flush.
 **
+** REPLACING THE FILE
+**   keel maps the file. Truncating it or overwriting it in place (cp over
+**   it, a shell's >, a restore) while any handle has it open kills that
+**   process with SIGBUS when it touches a page that is gone; no return code
+**   can report it. To replace an index, write the new file beside it, then
+**   rename it over the path: open handles keep searching the old file until
+**   closed, and handles opened after the rename get the new one.
+**
 ** OWNERSHIP
 **   keel never returns memory the caller must free, except the handle itself
 **   (keel_close). Every output buffer is the caller's and is written only on
@@ -120,7 +128,10 @@ typedef struct keel_search_params {
 
 /* Opens the index at path as its writer, creating the file if it is missing.
 ** dim is the vectors' length, 1..4096; 0 takes it from an existing file.
-** Recovers the file to its last completed flush if a writer crashed. */
+** Recovers the file to its last completed flush if a writer crashed.
+** An index is a regular file: a directory at path gets KEEL_EINVAL, and a
+** FIFO, device or socket KEEL_ENOTINDEX, at once and without reading it
+** (this holds for keel_open_reader too). */
 int keel_open(const char *path, uint32_t dim, const keel_options *opt,
               keel_index **out);
 
@@ -134,7 +145,13 @@ int keel_open_reader(const char *path, const keel_options *opt,
 int keel_close(keel_index *idx);
 
 /* Adds a vector of keel_dim(idx) floats under the next automatic id: one past
-** the largest id ever used in this file. */
+** the largest id ever used in this file.
+** What keel takes, in vectors and queries alike (else KEEL_EINVAL naming the
+** vector, the component and its value): finite components; under KEEL_L2
+** and KEEL_IP a squared length (sum of squares) of at most 1e37, a length of
+** about 3.1e18, so that no distance overflows a float and none is NaN; under
+** KEEL_COSINE not all zeros; in a KEEL_F16 file components of at most 65504
+** in magnitude (l2 and ip). */
 int keel_add(keel_index *idx, const float *vec, uint64_t *id_out);
 
 /* Adds a vector under the caller's id (any value but UINT64_MAX). */

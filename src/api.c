@@ -45,6 +45,13 @@ need_writer(keel_index *idx, const char *what)
                       "readers search while it writes", what, idx->path);
 }
 
+/* The largest squared length of a vector or query under l2 and ip. Then no
+** sum of products or of squared differences a kernel forms, in any lane or
+** order, passes 4e37 (|a.b| <= |a||b|, |a-b|^2 <= (|a|+|b|)^2), far below
+** FLT_MAX (3.4e38): a distance is never inf or NaN (inf - inf), which would
+** rank first or break the ordering. Cosine normalizes in double instead. */
+#define KEEL_MAX_NORM2 1e37
+
 /* Checks a vector's components: finite, and what the file can store. what is
 ** "vector" or "query"; item is its position in a batch, or -1. */
 static int
@@ -73,6 +80,15 @@ check_vector(const keel_index *idx, const float *v, const char *what,
                               "vectors down, or use an f32 index", who,
                               (double)x, i);
         norm += (double)x * x;
+        if (idx->metric != KEEL_COSINE && norm > KEEL_MAX_NORM2)
+            return keel__fail(KEEL_EINVAL,
+                              "%s has %g at component %u, where its squared "
+                              "length passes 1e37: %s distances of vectors "
+                              "that long overflow a float\nhelp: scale the "
+                              "vectors (and queries) down, which scales every "
+                              "distance alike; keel takes lengths up to about "
+                              "3.1e18", who, (double)x, i,
+                              idx->metric == KEEL_IP ? "inner-product" : "l2");
     }
     if (idx->metric == KEEL_COSINE && !(norm > 0) )
         return keel__fail(KEEL_EINVAL,
@@ -268,8 +284,11 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
      * file it points to, and the undo log sits beside that file. */
     char real[4096];
     keel_file_info li;
-    if (keel__os->stat_path(path, &li) == 0 &&
-        keel__os->resolve(path, real, sizeof real) == 0)
+    int exists = keel__os->stat_path(path, &li) == 0;
+    /* A FIFO or device is refused here, by the name the caller gave. */
+    if (exists && !li.is_regular && li.type != KEEL_FILE_DIRECTORY)
+        return keel__not_regular_fail(path, li.type);
+    if (exists && keel__os->resolve(path, real, sizeof real) == 0)
         path = real;
     keel_index *idx = index_new(path, opt, 1);
     if (!idx)

@@ -17,11 +17,23 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* What kind of file a path names (keel_file_info.type). */
+enum keel_file_type {
+    KEEL_FILE_REGULAR,
+    KEEL_FILE_DIRECTORY,
+    KEEL_FILE_FIFO,
+    KEEL_FILE_CHAR_DEVICE,
+    KEEL_FILE_BLOCK_DEVICE,
+    KEEL_FILE_SOCKET,
+    KEEL_FILE_OTHER
+};
+
 typedef struct keel_file_info {
     uint64_t size;      /* bytes */
     uint64_t allocated; /* bytes the file system holds (st_blocks * 512) */
     uint64_t dev, ino;  /* identity, to notice a file replaced by rename */
     int is_regular;     /* 1 for a regular file */
+    int type;           /* enum keel_file_type */
 } keel_file_info;
 
 /* Advice kinds for madvise_range. */
@@ -40,7 +52,10 @@ enum keel_advice {
 
 typedef struct keel_os {
     /* Opens a file (close-on-exec); returns the descriptor. Created files get
-     * mode 0644 less the umask. */
+     * mode 0644 less the umask. The open never blocks: a FIFO or a device
+     * at the path opens at once (non-blocking; the caller's stat refuses
+     * it), where a blocking open of a FIFO would wait for a writer forever.
+     * A regular file's descriptor is left blocking. */
     int (*open)(const char *path, int flags);
     int (*close)(int fd);
     /* Whole reads and writes: they loop over short transfers and return the

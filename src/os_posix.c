@@ -29,9 +29,19 @@ os_open(const char *path, int flags)
         f |= O_CREAT | O_EXCL;
     int fd;
     do {
-        fd = open(path, f | O_CLOEXEC, 0644);
+        fd = open(path, f | O_CLOEXEC | O_NONBLOCK, 0644);
     } while (fd < 0 && errno == EINTR);
-    return fd < 0 ? -errno : fd;
+    if (fd < 0)
+        return -errno;
+    /* Only a regular file goes back to blocking: anything else is refused
+     * by the caller's stat before a read could wait on it. */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+    return fd;
 }
 
 static int
@@ -133,6 +143,13 @@ fill_info(const struct stat *st, keel_file_info *out)
     out->dev = (uint64_t)st->st_dev;
     out->ino = (uint64_t)st->st_ino;
     out->is_regular = S_ISREG(st->st_mode) ? 1 : 0;
+    out->type = S_ISREG(st->st_mode)    ? KEEL_FILE_REGULAR
+                : S_ISDIR(st->st_mode)  ? KEEL_FILE_DIRECTORY
+                : S_ISFIFO(st->st_mode) ? KEEL_FILE_FIFO
+                : S_ISCHR(st->st_mode)  ? KEEL_FILE_CHAR_DEVICE
+                : S_ISBLK(st->st_mode)  ? KEEL_FILE_BLOCK_DEVICE
+                : S_ISSOCK(st->st_mode) ? KEEL_FILE_SOCKET
+                                        : KEEL_FILE_OTHER;
 }
 
 static int

@@ -1035,6 +1035,33 @@ check_params(keel_store *st, const keel_store_params *p)
     return KEEL_OK;
 }
 
+/* Refuses what is at path because it is not a regular file: a directory is
+** a wrong argument (KEEL_EINVAL); a FIFO, device or socket cannot hold an
+** index (KEEL_ENOTINDEX). Nothing was read from it. */
+int
+keel__not_regular_fail(const char *path, int type)
+{
+    static const char *const what[] = {
+        [KEEL_FILE_REGULAR] = "a regular file",
+        [KEEL_FILE_DIRECTORY] = "a directory",
+        [KEEL_FILE_FIFO] = "a FIFO (named pipe)",
+        [KEEL_FILE_CHAR_DEVICE] = "a character device",
+        [KEEL_FILE_BLOCK_DEVICE] = "a block device",
+        [KEEL_FILE_SOCKET] = "a socket",
+        [KEEL_FILE_OTHER] = "not a regular file",
+    };
+    if (type == KEEL_FILE_DIRECTORY)
+        return keel__fail(KEEL_EINVAL,
+                          "%s is a directory\nhelp: give the path of an index "
+                          "file, such as %s/vectors.keel", path, path);
+    if (type < 0 || type > KEEL_FILE_OTHER)
+        type = KEEL_FILE_OTHER;
+    return keel__fail(KEEL_ENOTINDEX,
+                      "%s is %s, not an index file\nhelp: an index is a "
+                      "regular file; give the path of an index, or of a new "
+                      "file for keel to create", path, what[type]);
+}
+
 static int
 open_fail_errno(int err, const char *path)
 {
@@ -1060,6 +1087,12 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
                         keel_store **out)
 {
     int fd = -1, created = 0, rc;
+    keel_file_info pre;
+    /* Refuse a FIFO, device or socket before opening it: opening a device
+     * for writing can itself do something. The fstat below still decides. */
+    if (keel__os->stat_path(path, &pre) == 0 && !pre.is_regular &&
+        pre.type != KEEL_FILE_DIRECTORY)
+        return keel__not_regular_fail(path, pre.type);
     for (int attempt = 0;; attempt++) {
         fd = keel__os->open(path, KEEL_OPEN_WRITE);
         if (fd == -ENOENT) {
@@ -1092,14 +1125,19 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
         /* A compaction may have renamed a new file over the path between
          * our open and our lock: then lock that one instead. */
         keel_file_info a, b;
-        if (keel__os->stat(fd, &a) == 0 && keel__os->stat_path(path, &b) == 0 &&
+        err = keel__os->stat(fd, &a);
+        if (err) {
+            keel__os->close(fd);
+            return io_fail(err, "checking the file type", path);
+        }
+        if (keel__os->stat_path(path, &b) == 0 &&
             (a.dev != b.dev || a.ino != b.ino) && attempt < 5) {
             keel__os->close(fd);
             continue;
         }
         if (!a.is_regular) {
             keel__os->close(fd);
-            return open_fail_errno(-EISDIR, path);
+            return keel__not_regular_fail(path, a.type);
         }
         break;
     }
@@ -1329,6 +1367,9 @@ refresh_live(keel_store *st)
 int
 keel__store_open_reader(const char *path, keel_store **out)
 {
+    keel_file_info pre;
+    if (keel__os->stat_path(path, &pre) == 0 && !pre.is_regular)
+        return keel__not_regular_fail(path, pre.type);
     int fd = keel__os->open(path, KEEL_OPEN_READ);
     if (fd < 0)
         return open_fail_errno(fd, path);
@@ -1344,7 +1385,7 @@ keel__store_open_reader(const char *path, keel_store **out)
         goto fail;
     }
     if (!fi.is_regular) {
-        rc = open_fail_errno(-EISDIR, path);
+        rc = keel__not_regular_fail(path, fi.type);
         goto fail;
     }
     int which, fresh;

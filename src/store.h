@@ -144,6 +144,9 @@ typedef struct keel_store_params {
 int keel__store_open_writer(const char *path, const keel_store_params *p,
                             keel_store **out);
 int keel__store_open_reader(const char *path, keel_store **out);
+/* Refuses path, which stat found to be of type (enum keel_file_type, not a
+** regular file): KEEL_EINVAL for a directory, KEEL_ENOTINDEX otherwise. */
+int keel__not_regular_fail(const char *path, int type);
 void keel__store_close(keel_store *st);
 
 /* Accessors (hot path). The slot must be below the view's limit. */

@@ -5,6 +5,9 @@
 #include "test.h"
 #include "lib/testdata.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 void keel__test_geometry(uint32_t seg_base, uint32_t seg_doublings,
                          uint32_t heap_base, uint32_t heap_doublings,
                          uint32_t idtab_log2);
@@ -422,6 +425,105 @@ TEST(not_an_index_and_truncated_files)
     CHECK_OK(keel_close(idx));
     free(bytes);
     free(v);
+}
+
+/* Opens path as a reader and as a writer and wants rc and a message naming
+** the path and what it is. */
+static void
+refused_as(const char *path, int rc, const char *what)
+{
+    keel_index *idx = NULL;
+    CHECK_ERR(keel_open_reader(path, NULL, &idx), rc);
+    CHECK(idx == NULL);
+    CHECK_MSG_HAS(path);
+    CHECK_MSG_HAS(what);
+    CHECK_MSG_HAS("help: ");
+    CHECK_ERR(keel_open(path, DIM, NULL, &idx), rc);
+    CHECK(idx == NULL);
+    CHECK_MSG_HAS(path);
+    CHECK_MSG_HAS(what);
+    CHECK_ERR(keel_open(path, 0, NULL, &idx), rc);
+    CHECK_MSG_HAS(what);
+}
+
+TEST(files_that_are_not_regular_are_refused_at_once)
+{
+    /* A FIFO's open waits for a writer forever unless keel avoids it: the
+     * alarm turns such a hang into a failure. */
+    alarm(20);
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s", test_path("pipe.keel"));
+    CHECK(mkfifo(fifo, 0644) == 0);
+    refused_as(fifo, KEEL_ENOTINDEX, "is a FIFO");
+    refused_as("/dev/null", KEEL_ENOTINDEX, "is a character device");
+    refused_as("/dev/zero", KEEL_ENOTINDEX, "is a character device");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_path("dir.keel"));
+    CHECK(mkdir(dir, 0755) == 0);
+    refused_as(dir, KEEL_EINVAL, "is a directory");
+    /* A socket. */
+    char sock[4096];
+    snprintf(sock, sizeof sock, "%s", test_path("s.keel"));
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(sock) < sizeof sa.sun_path) {
+        memcpy(sa.sun_path, sock, strlen(sock) + 1);
+        CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+        refused_as(sock, KEEL_ENOTINDEX, "is a socket");
+    }
+    close(fd);
+    alarm(0);
+}
+
+/* No search result carries a NaN or infinite distance: vectors and queries
+** whose products or squared differences could overflow a float are refused
+** by name, under ip and l2. */
+TEST(huge_components_are_refused_never_a_nan_distance)
+{
+    static const keel_metric metrics[] = {KEEL_IP, KEEL_L2};
+    for (size_t m = 0; m < 2; m++) {
+        keel_options o = {.metric = metrics[m]};
+        keel_index *idx = NULL;
+        char name[32];
+        snprintf(name, sizeof name, "huge%zu.keel", m);
+        CHECK_OK(keel_open(test_path(name), 2, &o, &idx));
+        const float big[2] = {1e30f, 1e30f}, a[2] = {1, 1}, b[2] = {0.5f, 0.25f};
+        CHECK_ERR(keel_add(idx, big, NULL), KEEL_EINVAL);
+        CHECK_MSG_HAS("the vector has 1e+30 at component 0");
+        CHECK_MSG_HAS("help: ");
+        const float batch[6] = {1, 1, 0.5f, 0.25f, 3e18f, 3e18f};
+        CHECK_ERR(keel_add_batch(idx, batch, 3, NULL, NULL), KEEL_EINVAL);
+        CHECK_MSG_HAS("vector 2 of the batch has 3e+18 at component 1");
+        CHECK_U64(keel_count(idx), 0);
+        CHECK_OK(keel_add(idx, a, NULL));
+        CHECK_OK(keel_add(idx, b, NULL));
+        /* The largest vectors taken: squared length 1e37 less a little. */
+        const float edge[2] = {2.2e18f, -2.2e18f}, edge2[2] = {-2.2e18f,
+                                                               2.2e18f};
+        CHECK_OK(keel_add(idx, edge, NULL));
+        CHECK_OK(keel_add(idx, edge2, NULL));
+        keel_result r[4];
+        size_t n = 0;
+        const float q[2] = {1e30f, -1e30f};
+        CHECK_ERR(keel_search(idx, q, 4, NULL, r, &n), KEEL_EINVAL);
+        CHECK_MSG_HAS("the query has 1e+30 at component 0");
+        CHECK_ERR(keel_search_batch(idx, q, 1, 4, NULL, r, &n), KEEL_EINVAL);
+        CHECK_MSG_HAS("query 0 of the batch has 1e+30 at component 0");
+        const float qs[3][2] = {{2.2e18f, -2.2e18f}, {-2.2e18f, 2.2e18f},
+                                {1, 1}};
+        for (size_t i = 0; i < 3; i++) {
+            CHECK_OK(keel_search(idx, qs[i], 4, NULL, r, &n));
+            CHECK_U64(n, 4);
+            for (size_t j = 0; j < n; j++) {
+                CHECK_MSG(isfinite(r[j].distance),
+                          "metric %zu query %zu result %zu distance %g", m, i,
+                          j, (double)r[j].distance);
+                CHECK(j == 0 || r[j].distance >= r[j - 1].distance);
+            }
+        }
+        CHECK_OK(keel_close(idx));
+    }
 }
 
 TEST(batch_search_rows_equal_single_searches)

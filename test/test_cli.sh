@@ -153,6 +153,28 @@ expect 0 "search --json without truth" search "$IDX" "$QUERY" -k 5 --json
 grep -q '"recall": null' "$T/out" || fail "recall is not null without --truth"
 ok "search --json has recall null without --truth"
 
+# --truth with --allowed: the unfiltered truth file is refused; --truth exact
+# measures against the exact filtered answer, which equals the truth file's
+# when every id is allowed.
+seq 0 9999 >"$T/all-ids.txt"
+seq 0 7 9999 >"$T/some-ids.txt"
+expect 2 "--truth FILE with --allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/some-ids.txt" --truth "$TRUTH"
+grep -q -- '--truth exact' "$T/err" || fail "the refusal does not offer --truth exact"
+expect 2 "--truth exact without --allowed" search "$IDX" "$QUERY" -k 10 \
+    --truth exact
+expect 0 "search with --truth" search "$IDX" "$QUERY" -k 10 --truth "$TRUTH"
+unfiltered=$(field 'recall@10')
+expect 0 "--truth exact, every id allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/all-ids.txt" --truth exact
+[ "$(field 'recall@10')" = "$unfiltered" ] ||
+    fail "exact recall with every id allowed is $(field 'recall@10'), the truth file gives $unfiltered"
+expect 0 "--truth exact, one id in 7 allowed" search "$IDX" "$QUERY" -k 10 \
+    --allowed "$T/some-ids.txt" --truth exact
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "filtered recall@10 is '$recall'"
+ok "--truth exact with --allowed: recall@10 $recall (all allowed: $unfiltered)"
+
 # --- info and check --------------------------------------------------------
 
 expect 0 "info" info "$IDX"
@@ -249,6 +271,39 @@ expect 1 "build into a text file" build "$T/notes.txt" "$BASE"
 cmp -s "$T/notes.txt" "$T/notes.orig" || fail "keel changed a text file"
 ok "a text file as INDEX exits 1 with a help line and is left unchanged"
 
+# A FIFO's open waits for a writer forever unless keel avoids it: each run
+# is bounded, so a hang fails the test instead of stopping it.
+mkfifo "$T/pipe.keel" || fail "cannot make a FIFO"
+for cmd in "info" "check" "get @ 1" "delete @ 1" "compact" \
+    "search @ $QUERY -k 1" "search --reader @ $QUERY -k 1" "build @ $BASE"; do
+    # shellcheck disable=SC2086
+    set -- $cmd
+    args=
+    for a in "$@"; do
+        [ "$a" = @ ] && a=$T/pipe.keel
+        args="$args $a"
+    done
+    [ "$cmd" = "${cmd#*@}" ] && args="$args $T/pipe.keel"
+    st=0
+    # shellcheck disable=SC2086
+    timeout 20 "$KEEL" $args >"$T/out" 2>"$T/err" || st=$?
+    [ "$st" -eq 1 ] || fail "keel$args on a FIFO exited $st, expected 1"
+    grep -q 'pipe.keel is a FIFO' "$T/err" ||
+        fail "keel$args does not say the path is a FIFO"
+    grep -q '^help: ' "$T/err" || fail "keel$args printed no help line"
+done
+ok "a FIFO as INDEX exits 1 at once, naming it a FIFO"
+
+for dev in /dev/null /dev/zero; do
+    st=0
+    timeout 20 "$KEEL" build "$dev" "$QUERY" >"$T/out" 2>"$T/err" ||
+        st=$?
+    [ "$st" -eq 1 ] || fail "build into $dev exited $st, expected 1"
+    grep -q "$dev is a character device" "$T/err" ||
+        fail "build into $dev does not say it is a character device"
+done
+ok "/dev/null and /dev/zero as INDEX are named character devices"
+
 expect 1 "search of a missing index" search "$T/missing.keel" "$QUERY" -k 1
 [ ! -e "$T/missing.keel" ] || fail "search created a missing index"
 expect 1 "info of a missing index" info "$T/missing.keel"
@@ -262,7 +317,7 @@ for _ in 1 2 3; do
     printf '\062\000\000\000' >>"$T/dim50.fvecs"
     dd if=/dev/zero bs=200 count=1 2>/dev/null >>"$T/dim50.fvecs"
 done
-expect 1 "build of 50-d vectors into a 100-d index" build "$IDX" \
+expect 1 "build of 50-d vectors into a 100-d index" build --append "$IDX" \
     "$T/dim50.fvecs"
 expect 1 "search with 50-d queries" search "$IDX" "$T/dim50.fvecs" -k 1
 expect 0 "info after a refused build" info --json "$IDX"
@@ -301,10 +356,75 @@ awk -F '\t' '$3 != 200 { exit 1 }' "$T/allowed.tsv" ||
 ok "search --allowed returns only allowed ids"
 
 expect 1 "build with an id in use" build "$T/small.keel" "$T/three.fvecs" \
-    --ids "$T/three-ids.txt"
+    --ids "$T/three-ids.txt" --append
 expect 0 "info after a refused batch" info --json "$T/small.keel"
 grep -q '"count": 3' "$T/out" || fail "a refused batch added vectors"
 ok "a batch with ids in use adds nothing"
+
+expect 1 "build into an existing index without --append" build \
+    "$T/small.keel" "$T/three.fvecs"
+grep -q -- '--append' "$T/err" || fail "the refusal does not name --append"
+grep -q 'small.keel already holds an index of 3 vectors' "$T/err" ||
+    fail "the refusal does not say how many vectors the index holds"
+expect 0 "info after a build without --append" info --json "$T/small.keel"
+grep -q '"count": 3' "$T/out" || fail "a build without --append added vectors"
+expect 0 "build --append" build --append "$T/small.keel" "$T/three.fvecs"
+grep -q 'small.keel held 3 vectors before, 6 after$' "$T/out" ||
+    fail "build --append does not say the counts before and after"
+ok "build refuses an existing index without --append; --append says 3 -> 6"
+
+# A failed build of a new index leaves no file behind.
+printf '\002\000\000\000\000\000\300\177\000\000\200\077' >"$T/nan.fvecs"
+expect 1 "build of a NaN vector" build "$T/nan.keel" "$T/nan.fvecs"
+[ ! -e "$T/nan.keel" ] || fail "a build that failed on NaN left its index"
+printf '\002\000\000\000\000\000\000\000\000\000\000\000' >"$T/zero.fvecs"
+expect 1 "build of a zero vector under cosine" build "$T/zero.keel" \
+    "$T/zero.fvecs" --metric cosine
+[ ! -e "$T/zero.keel" ] || fail "a cosine build of a zero vector left its index"
+cat "$T/three.fvecs" "$T/nan.fvecs" >"$T/bad-tail.fvecs"
+st=0
+"$KEEL" build "$T/tail.keel" - <"$T/bad-tail.fvecs" >"$T/out" 2>"$T/err" ||
+    st=$?
+[ "$st" -eq 1 ] || fail "build from stdin with a bad last row exited $st"
+grep -q 'row 3 (byte offset 1212) gives dimension 2, but row 0 gives 100' \
+    "$T/err" || fail "build from stdin does not name the bad row"
+[ ! -e "$T/tail.keel" ] || fail "a failed build from stdin left its index"
+ok "a failed build of a new index removes the file it created"
+
+# Standard input is checked as it arrives: 100 MB of zeros fail at row 0,
+# in bounded memory, and leave no index.
+st=0
+head -c 100000000 /dev/zero |
+    (ulimit -v 50000 && timeout 20 "$KEEL" build "$T/zeros.keel" -) \
+    >"$T/out" 2>"$T/err" || st=$?
+[ "$st" -eq 1 ] || fail "build from 100 MB of zeros exited $st, expected 1"
+grep -q 'standard input: row 0 (byte offset 0) gives dimension 0' "$T/err" ||
+    fail "build from zeros does not say row 0 gives dimension 0"
+[ ! -e "$T/zeros.keel" ] || fail "build from zeros left an index"
+ok "build - checks the first row before reading on: zeros fail at once"
+
+# A search opens a reader: it works while another process holds the writer.
+# The writer is a build from a FIFO: it opens the index after its first 8 MB
+# chunk (20,971 rows of 100 floats) and then waits for more input.
+mkfifo "$T/feed" || fail "cannot make a FIFO"
+"$KEEL" build "$T/held.keel" - <"$T/feed" >/dev/null 2>&1 &
+held=$!
+{ cat "$BASE" "$BASE" "$BASE"; exec sleep 60; } >"$T/feed" &
+feeder=$!
+i=0
+while :; do
+    run delete "$T/held.keel" 18446744073709551614
+    grep -q 'open for writing elsewhere' "$T/err" && break
+    i=$((i + 1))
+    [ $i -lt 200 ] || { kill $held $feeder; fail "the writer never opened"; }
+    sleep 0.1
+done
+run search "$T/held.keel" "$QUERY" -k 5
+kill $held $feeder 2>/dev/null
+wait $held $feeder 2>/dev/null
+[ "$st" -eq 0 ] || fail "search while another process writes exited $st"
+[ "$(field queries)" = 100 ] || fail "search while writing found no queries"
+ok "search works while another process holds the writer"
 
 # --- compact ---------------------------------------------------------------
 
