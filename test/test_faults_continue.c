@@ -129,9 +129,9 @@ outcome(run *r, int rc, const char *what)
 static void
 add_batch(keel_index *idx, run *r, uint64_t n)
 {
-    float v[64 * DIM];
+    float v[64 * DIM] = {0};
     uint64_t ids[64];
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = 0; i < n && i < 64; i++)
         td_vec_of(r->now.next_id + i, DIM, v + i * DIM);
     if (outcome(r, keel_add_batch(idx, v, n, NULL, ids), "add_batch"))
         for (uint64_t i = 0; i < n; i++) {
