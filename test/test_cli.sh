@@ -111,9 +111,14 @@ ok "--help, help CMD, CMD --help and --version exit 0"
 # --- build and search ------------------------------------------------------
 
 expect 0 "build" build "$IDX" "$BASE"
-grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B$' "$T/out" ||
+grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B (.*B on disk)$' "$T/out" ||
     fail "build summary line has the wrong form"
 ok "build of 10,000 vectors: $(cat "$T/out")"
+expect 0 "info after build" info "$IDX"
+len=$(wc -c <"$IDX" | tr -d ' ')
+[ "$(field 'file bytes' | cut -d' ' -f1)" = "$len" ] ||
+    fail "info says file bytes $(field 'file bytes'), ls -l says $len"
+ok "info's file bytes are the length ls -l shows ($len)"
 
 expect 0 "search with --truth" search "$IDX" "$QUERY" -k 10 \
     --truth "$TRUTH" --out "$T/results.tsv"
