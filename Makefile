@@ -50,12 +50,26 @@ FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long \
         bench bench-smoke fuzz
 
-all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
+VERSION = 0.1.0
+SONAME  = libkeel.so.0
+# The shared library as installed: the versioned file, the soname link that
+# programs load, and the link that -lkeel finds.
+SHLIB   = $(BUILD)/libkeel.so.$(VERSION) $(BUILD)/$(SONAME) $(BUILD)/libkeel.so
+
+all: $(BUILD)/libkeel.a $(SHLIB) $(BUILD)/keel $(BUILD)/keel.pc
+
+# Once per build directory, before anything compiles: the packages the build
+# needs are there (tools/checkdeps.sh names a missing one and `make deps`).
+DEPS_OK = $(BUILD)/deps.ok
+$(DEPS_OK):
+	@CC="$(CC)" CFLAGS="$(CFLAGS_ALL)" LDFLAGS="$(LDFLAGS_ALL)" \
+	    LDLIBS="$(LDLIBS_ALL)" sh tools/checkdeps.sh
+	@mkdir -p $(dir $@) && touch $@
 
 $(BUILD)/src/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
 $(BUILD)/src/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h cli/*.h test/*.h test/lib/*.h)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -63,26 +77,30 @@ $(BUILD)/libkeel.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libkeel.so: $(LIB_OBJ) src/keel.map
-	$(CC) -shared -Wl,--version-script=src/keel.map -Wl,-soname,libkeel.so.0 \
+$(BUILD)/libkeel.so.$(VERSION): $(LIB_OBJ) src/keel.map
+	$(CC) -shared -Wl,--version-script=src/keel.map -Wl,-soname,$(SONAME) \
 	    $(LDFLAGS_ALL) -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+$(BUILD)/$(SONAME) $(BUILD)/libkeel.so: $(BUILD)/libkeel.so.$(VERSION)
+	ln -sf libkeel.so.$(VERSION) $@
 
 $(BUILD)/keel: $(CLI_OBJ) $(BUILD)/libkeel.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL)
 
 $(BUILD)/keel.pc: keel.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
-$(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ)
+$(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itest $< $(TEST_LIB_OBJ) -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
-$(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.h) $(BUILD)/libkeel.a
+$(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.h) $(BUILD)/libkeel.a | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itest/fuzz test/fuzz/replay.c $< -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 test: all $(TEST_BIN) $(FUZZ_REPLAY)
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
+	CC="$(CC)" BUILD=$(BUILD) sh test/test_build.sh
 	sh test/test_cli.sh $(BUILD)/keel
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
 
@@ -136,9 +154,10 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 include/keel.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libkeel.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libkeel.so $(DESTDIR)$(PREFIX)/lib/libkeel.so.0
-	ln -sf libkeel.so.0 $(DESTDIR)$(PREFIX)/lib/libkeel.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' keel.pc.in \
+	install -m 755 $(BUILD)/libkeel.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libkeel.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf libkeel.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkeel.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' keel.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/keel.pc
 	install -m 755 $(BUILD)/keel $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 doc/keel.1 $(DESTDIR)$(PREFIX)/share/man/man1/

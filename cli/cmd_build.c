@@ -107,13 +107,16 @@ static void
 print_summary(keel_index *idx, size_t n, double seconds)
 {
     keel_stats st;
-    char count[32], rate[32], size[32];
+    char count[32], rate[32], size[80], a[32], b[32];
     double per_s = seconds > 0 ? (double)n / seconds : 0;
 
     cli_commas(n, count, sizeof count);
     cli_commas((uint64_t)(per_s + 0.5), rate, sizeof rate);
+    /* The length ls -l shows and what the disk holds (du). */
     if (keel_stat(idx, &st) == KEEL_OK)
-        cli_bytes(st.file_bytes, size, sizeof size);
+        snprintf(size, sizeof size, "%s (%s on disk)",
+                 cli_bytes(st.file_bytes, a, sizeof a),
+                 cli_bytes(st.allocated_bytes, b, sizeof b));
     else
         snprintf(size, sizeof size, "of unknown size");
     printf("%s vectors in %.*f s (%s vectors/s), file %s\n", count,

@@ -45,10 +45,10 @@ print_info_text(const char *path, const keel_stats *st)
     printf("%-16s %u\n", "max level:", st->max_level);
     printf("%-16s %u\n", "segments:", st->segments);
     printf("%-16s %u\n", "heap chunks:", st->heap_chunks);
-    printf("%-16s %llu (%s)\n", "file bytes:",
+    printf("%-16s %llu (%s, the length ls -l shows)\n", "file bytes:",
            (unsigned long long)st->file_bytes,
            cli_bytes(st->file_bytes, a, sizeof a));
-    printf("%-16s %llu (%s)\n", "allocated bytes:",
+    printf("%-16s %llu (%s on disk, as du shows)\n", "allocated bytes:",
            (unsigned long long)st->allocated_bytes,
            cli_bytes(st->allocated_bytes, b, sizeof b));
     printf("%-16s %llu\n", "snapshot:", (unsigned long long)st->snapshot);

@@ -72,10 +72,10 @@ keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
         h->seg_base_log2 = (uint8_t)test_geo.seg_base;
         h->seg_doublings = (uint8_t)test_geo.seg_doublings;
     } else {
-        /* Segments double from 1,024 slots while they fit in 256 MiB. */
+        /* Segments double from 1,024 slots while they fit in 32 MiB. */
         uint32_t base = 10, k = 0;
         while (k < 22 &&
-               sb << (base + k + 1) <= ((uint64_t)1 << KEEL_MAX_REGION_LOG2))
+               sb << (base + k + 1) <= ((uint64_t)1 << KEEL_NEW_SEG_LOG2))
             k++;
         h->seg_base_log2 = (uint8_t)base;
         h->seg_doublings = (uint8_t)k;

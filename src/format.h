@@ -31,6 +31,9 @@
 #define KEEL_MAX_SLOTS        0xFFFFFFFEull /* slots are u32; EMPTY reserved */
 #define KEEL_SLOT_HDR_BYTES   16u
 #define KEEL_MAX_REGION_LOG2  28u           /* 256 MiB segments and chunks */
+/* A new file's segments hold at most 32 MiB: the unused end of the last one
+** is the most a file is longer than what it holds (doc/format.md 1). */
+#define KEEL_NEW_SEG_LOG2     25u
 
 /* Header field offsets (doc/format.md section 2). */
 enum {

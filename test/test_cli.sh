@@ -111,17 +111,24 @@ ok "--help, help CMD, CMD --help and --version exit 0"
 # --- build and search ------------------------------------------------------
 
 expect 0 "build" build "$IDX" "$BASE"
-grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B$' "$T/out" ||
+grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B (.*B on disk)$' "$T/out" ||
     fail "build summary line has the wrong form"
 ok "build of 10,000 vectors: $(cat "$T/out")"
+expect 0 "info after build" info "$IDX"
+len=$(wc -c <"$IDX" | tr -d ' ')
+[ "$(field 'file bytes' | cut -d' ' -f1)" = "$len" ] ||
+    fail "info says file bytes $(field 'file bytes'), ls -l says $len"
+ok "info's file bytes are the length ls -l shows ($len)"
 
 expect 0 "search with --truth" search "$IDX" "$QUERY" -k 10 \
     --truth "$TRUTH" --out "$T/results.tsv"
 recall=$(field 'recall@10')
 at_least "$recall" 0.95 || fail "recall@10 is '$recall', expected >= 0.95"
-for key in queries QPS p50 p99; do
+for key in queries 'first query' 'first QPS' QPS mean p50 p99; do
     [ -n "$(field "$key")" ] || fail "search summary has no '$key:' line"
 done
+grep -q '^first pass' "$T/out" && grep -q '^second pass.*steady state' "$T/out" ||
+    fail "search summary does not say which pass each number is from"
 [ "$(field queries)" = 100 ] || fail "search counted $(field queries) queries"
 ok "search recall@10 = $recall on glove-100-10k"
 
@@ -139,7 +146,8 @@ ok "--out writes 1000 lines of query, rank, id, distance"
 
 expect 0 "search --json --reader --threads 4" search --reader --threads=4 \
     -k10 --ef 80 --json --truth="$TRUTH" "$IDX" "$QUERY"
-for key in queries k ef qps p50_ms p99_ms recall seconds; do
+for key in queries k ef first_query_ms first_pass_qps first_pass_seconds \
+    qps mean_ms p50_ms p99_ms recall seconds; do
     grep -q "\"$key\": " "$T/out" || fail "search --json has no \"$key\""
 done
 grep -q '^{.*}$' "$T/out" || fail "search --json is not one object"

@@ -62,6 +62,44 @@ all_self_found(keel_index *idx, uint64_t n, const uint8_t *dead)
     return lost;
 }
 
+/* A closed file is at most the unused end of its last segment longer than
+** the data it holds (doc/format.md 1): new files' segments hold at most
+** 32 MiB, whatever the dimensions, precision and M. */
+TEST(a_closed_file_is_at_most_one_segment_longer_than_its_data)
+{
+    static const uint32_t dims[] = {1, 24, 100, 384, 768, 1536, 4096};
+    static const uint32_t ms[] = {4, 16, 64};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int prec = 0; prec < 2; prec++)
+            for (size_t m = 0; m < sizeof ms / sizeof ms[0]; m++) {
+                keel_header h;
+                keel_geometry g;
+                keel_seg_layout L;
+                keel__header_new(&h, dims[d], ms[m], 0, prec);
+                keel__geometry_init(&g, &h);
+                keel__seg_layout(&g, h.seg_doublings, &L);
+                if (L.slots > 1024 && L.bytes > (32u << 20) + 65536)
+                    TEST_FAIL_AT("dim %u, precision %d, M %u: segments of "
+                                 "%llu bytes, above 32 MiB", dims[d], prec,
+                                 ms[m], (unsigned long long)L.bytes);
+            }
+
+    /* A reader open across the writer's close searches on; the length is
+     * what the data needs plus at most one segment. */
+    keel_index *w = fill("length.keel", 5000, NULL), *r = NULL;
+    CHECK(w != NULL);
+    CHECK_EQ(keel_open_reader(test_path("length.keel"), NULL, &r), KEEL_OK);
+    keel_stats s;
+    CHECK_EQ(keel_stat(w, &s), KEEL_OK);
+    CHECK_EQ(keel_close(w), KEEL_OK);
+    CHECK_EQ(all_self_found(r, 5000, NULL), 0);
+    struct stat st;
+    CHECK_EQ(stat(test_path("length.keel"), &st), 0);
+    CHECK_EQ((uint64_t)st.st_size, s.file_bytes);
+    CHECK((uint64_t)st.st_size <= (uint64_t)st.st_blocks * 512 + (32u << 20));
+    CHECK_EQ(keel_close(r), KEEL_OK);
+}
+
 TEST(compaction_shrinks_keeps_ids_and_never_reuses_them)
 {
     keel__test_geometry(0, 0, 0, 0, 0);

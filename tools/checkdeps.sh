@@ -1,0 +1,47 @@
+#!/bin/sh
+# checkdeps.sh -- run by the Makefile once per build directory, before
+# anything compiles: can $CC build and link a program against the packages
+# keel needs? Names the package that is missing and what installs it, and
+# exits 1, instead of a compiler error halfway through the build.
+#
+#   CC=cc CFLAGS=... LDFLAGS=... LDLIBS=... sh tools/checkdeps.sh
+set -u
+
+cc=${CC:-cc}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/keel-deps.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+missing() {
+    echo "keel: cannot build: $1" >&2
+    echo "help: run 'make deps' (or 'sh tools/deps.sh') to install the" \
+        "packages keel needs, then run make again" >&2
+    exit 1
+}
+
+# The first word of CC is the program (CC may carry flags).
+# shellcheck disable=SC2086
+set -- $cc
+command -v "$1" >/dev/null 2>&1 ||
+    missing "the C compiler '$1' is missing (Debian package build-essential)"
+
+cat >"$tmp/t.c" <<'C'
+#include <xxhash.h>
+int main(void) { return (int)(XXH3_64bits("", 0) & 1); }
+C
+# shellcheck disable=SC2086
+if ! $cc ${CFLAGS:-} -c "$tmp/t.c" -o "$tmp/t.o" 2>"$tmp/err"; then
+    if grep -q 'xxhash.h' "$tmp/err"; then
+        missing "xxhash.h is missing (Debian package libxxhash-dev)"
+    fi
+    sed 's/^/    /' "$tmp/err" >&2
+    missing "'$cc' cannot compile a small program (output above)"
+fi
+# shellcheck disable=SC2086
+if ! $cc ${LDFLAGS:-} -o "$tmp/t" "$tmp/t.o" ${LDLIBS:--lxxhash} 2>"$tmp/err"; then
+    if grep -q 'xxhash' "$tmp/err"; then
+        missing "the xxhash library is missing (Debian package libxxhash-dev)"
+    fi
+    sed 's/^/    /' "$tmp/err" >&2
+    missing "'$cc' cannot link a small program (output above)"
+fi
+exit 0
