@@ -370,10 +370,11 @@ get_count(PyObject *obj, const char *name, const char *fn, long long lo,
         return -1;
     }
     if (overflow || v < lo || v > hi) {
+        int low = overflow < 0 || (!overflow && v < lo);
         PyObject *msg = PyUnicode_FromFormat(
             "%s is %S, but has to be %s %s\nhelp: %s", name, o,
-            overflow < 0 || v < lo ? "at least" : "at most",
-            overflow < 0 || v < lo ? (lo ? "1" : "0") : limit, help);
+            low ? "at least" : "at most", low ? (lo ? "1" : "0") : limit,
+            help);
         Py_DECREF(o);
         if (msg) {
             PyErr_SetObject(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
