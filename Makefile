@@ -116,7 +116,7 @@ PYTHON ?= /usr/bin/python3
 
 # The Python extension, built in place (python/keel/_keel*.so).
 python: $(BUILD)/libkeel.a
-	cd python && KEEL_BUILD=$(abspath $(BUILD)) KEEL_NO_MAKE=1 $(PYTHON) setup.py -q build_ext --inplace
+	cd python && KEEL_LIB=$(abspath $(BUILD))/libkeel.a $(PYTHON) setup.py -q build_ext --inplace
 
 test-python: python
 	$(PYTHON) -X dev -W error -m pytest -q python/tests
