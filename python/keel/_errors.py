@@ -109,12 +109,12 @@ class _SystemCodeError(Error, OSError):
     """An error the system reported: errno and strerror as OSError has them,
     from the system's text in keel's message (or the class's default)."""
 
-    default_errno = None
+    _default_errno = None
 
     def __init__(self, *args):
         super().__init__(*args)
         message = str(args[0]) if args else ""
-        self.errno = _errno_in(message, self.default_errno)
+        self.errno = _errno_in(message, self._default_errno)
         self.strerror = (os.strerror(self.errno) if self.errno is not None
                          else None)
 
@@ -142,7 +142,7 @@ class IndexIOError(_SystemCodeError):
     """
 
     code = 11
-    default_errno = _errno.EIO
+    _default_errno = _errno.EIO
 
 
 class OutOfMemoryError(Error, MemoryError):
