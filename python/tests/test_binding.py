@@ -98,6 +98,7 @@ def test_searches_run_during_a_compaction(path):
         # exists ran next to the compaction, not after it.
         while not done.is_set():
             if not os.path.exists(compacting):
+                time.sleep(0.001)
                 continue
             found, _ = index.search(v[7], k=1)
             assert found[0] == 7
