@@ -134,10 +134,10 @@ PYTHON ?= /usr/bin/python3
 
 # The Python extension, built in place (python/keel/_keel*.so).
 python: $(BUILD)/libkeel.a
-	cd python && KEEL_BUILD=$(abspath $(BUILD)) KEEL_NO_MAKE=1 $(PYTHON) setup.py -q build_ext --inplace
+	cd python && KEEL_LIB=$(abspath $(BUILD))/libkeel.a $(PYTHON) setup.py -q build_ext --inplace
 
 test-python: python
-	$(PYTHON) -m pytest -q python/tests
+	$(PYTHON) -X dev -W error -m pytest -q python/tests
 
 # The README's second command: installs what the tests need, then runs
 # every suite (plain, ASan+UBSan, TSan, Python).

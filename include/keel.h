@@ -76,6 +76,7 @@ extern "C" {
 #define KEEL_EIO       11 /* the system refused a read, write or sync */
 #define KEEL_ENOMEM    12 /* out of memory */
 #define KEEL_EVERSION  13 /* the file was written by a newer keel */
+#define KEEL_ECANCELED 14 /* the cancel callback stopped the call */
 
 typedef struct keel_index keel_index; /* opaque; a writer or a reader */
 
@@ -213,6 +214,19 @@ uint32_t keel_dim(keel_index *idx);
 ** vectors are done of how many. NULL turns it off. Belongs to the handle. */
 typedef void (*keel_progress_fn)(uint64_t done, uint64_t total, void *arg);
 int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
+
+/* Cancelling long calls (keel_add_batch linking, keel_compact): while one
+** works, fn is called from the thread that made the call, about twenty times
+** a second. A nonzero return stops the call, which then fails with
+** KEEL_ECANCELED and changes nothing: keel_add_batch adds none of its
+** vectors, keel_compact leaves the index and its file as they were. fn must
+** not call keel on the handle. NULL turns it off. Belongs to the handle. */
+typedef int (*keel_cancel_fn)(void *arg);
+int keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg);
+
+/* Writer: the adds and deletes since the last flush (what keel_close would
+** drop) into *adds and *deletes (either may be NULL). A reader has none. */
+int keel_pending(keel_index *idx, uint64_t *adds, uint64_t *deletes);
 
 /* Facts about an index, for tools. */
 typedef struct keel_stats {

@@ -227,6 +227,8 @@ keel__index_attach(keel_index *idx, keel_store *st)
     keel__build_init(&idx->builder, idx->gr, idx->ef_construction);
     idx->builder.progress = idx->progress;
     idx->builder.progress_arg = idx->progress_arg;
+    idx->builder.cancel = idx->cancel;
+    idx->builder.cancel_arg = idx->cancel_arg;
     return KEEL_OK;
 }
 
@@ -366,6 +368,40 @@ keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg)
     idx->progress = idx->builder.progress = fn;
     idx->progress_arg = idx->builder.progress_arg = arg;
     pthread_mutex_unlock(&idx->write_lock);
+    return KEEL_OK;
+}
+
+int
+keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg)
+{
+    if (!idx)
+        return null_handle("keel_set_cancel");
+    pthread_mutex_lock(&idx->write_lock);
+    idx->cancel = idx->builder.cancel = fn;
+    idx->cancel_arg = idx->builder.cancel_arg = arg;
+    pthread_mutex_unlock(&idx->write_lock);
+    return KEEL_OK;
+}
+
+int
+keel_pending(keel_index *idx, uint64_t *adds, uint64_t *deletes)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_pending");
+    uint64_t a = 0, d = 0;
+    if (idx->writer) {
+        pthread_mutex_lock(&idx->write_lock);
+        keel_store *st = idx->st;
+        uint64_t n = KEEL_LOAD_ACQUIRE(&st->nslots);
+        a = n > st->committed.count ? n - st->committed.count : 0;
+        d = keel__store_pending_deletes(st);
+        pthread_mutex_unlock(&idx->write_lock);
+    }
+    if (adds)
+        *adds = a;
+    if (deletes)
+        *deletes = d;
     return KEEL_OK;
 }
 

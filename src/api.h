@@ -25,6 +25,8 @@ struct keel_index {
     float *conv;               /* writer: 2 * dim floats of scratch */
     keel_progress_fn progress;
     void *progress_arg;
+    keel_cancel_fn cancel;
+    void *cancel_arg;
     pthread_mutex_t write_lock;
     pthread_rwlock_t swap_lock;
     pthread_mutex_t pool_lock;

@@ -116,31 +116,48 @@ now_seconds(void)
 }
 
 static void
+batch_fail(batch *bt, int rc)
+{
+    int zero = 0;
+    /* The message lives in the failing thread: the winner copies it for the
+     * caller (read after the workers are joined). */
+    if (__atomic_compare_exchange_n(&bt->rc, &zero, rc, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        snprintf(bt->msg, sizeof bt->msg, "%s", keel_errmsg());
+}
+
+/* The reporter is the calling thread: it alone calls the progress and
+** cancel callbacks. A cancel stops every thread at its next node. */
+static void
 batch_work(batch *bt, keel_search_ctx *c, int reporter)
 {
-    double last = now_seconds();
+    const keel_builder *b = bt->b;
+    /* A batch asks at its first node, then every 0.05 s. */
+    double last = now_seconds(), asked = bt->n > 1 ? last - 1 : last;
     for (;;) {
         uint64_t i = __atomic_fetch_add(&bt->next, 1, __ATOMIC_RELAXED);
         if (i >= bt->n || __atomic_load_n(&bt->rc, __ATOMIC_RELAXED))
             break;
         int rc = link_node(bt->b, &bt->view, c, bt->first + i);
         if (rc) {
-            int zero = 0;
-            /* The message lives in the failing thread: the winner copies
-             * it for the caller (read after the workers are joined). */
-            if (__atomic_compare_exchange_n(&bt->rc, &zero, rc, 0,
-                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-                snprintf(bt->msg, sizeof bt->msg, "%s", keel_errmsg());
+            batch_fail(bt, rc);
             break;
         }
         KEEL_STORE_RELEASE(&bt->linked[i], (uint8_t)1);
         uint64_t d = __atomic_add_fetch(&bt->done, 1, __ATOMIC_RELAXED);
-        if (reporter && bt->b->progress) {
-            double t = now_seconds();
-            if (t - last >= 0.1) {
-                last = t;
-                bt->b->progress(d, bt->n, bt->b->progress_arg);
+        if (!reporter || (!b->progress && !b->cancel))
+            continue;
+        double t = now_seconds();
+        if (b->cancel && t - asked >= 0.05) {
+            asked = t;
+            if (b->cancel(b->cancel_arg)) {
+                batch_fail(bt, KEEL_ECANCELED);
+                break;
             }
+        }
+        if (b->progress && t - last >= 0.1) {
+            last = t;
+            b->progress(d, bt->n, b->progress_arg);
         }
     }
 }
@@ -210,6 +227,13 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
         uint32_t e, l;
         keel__store_entry(st, &e, &l);
         KEEL_STORE_RELEASE(&b->entry_packed, (uint64_t)l << 32 | e);
+        if (bt.rc == KEEL_ECANCELED)
+            return keel__fail(bt.rc, "cancelled after linking %llu of %llu "
+                              "vectors\nhelp: the cancel callback "
+                              "(keel_set_cancel) asked to stop; the call "
+                              "changed nothing",
+                              (unsigned long long)bt.done,
+                              (unsigned long long)n);
         if (bt.rc != KEEL_ENOMEM && strstr(bt.msg, "\nhelp: "))
             return keel__fail(bt.rc, "%s", bt.msg);
         return keel__fail(bt.rc, "out of memory while linking %llu vectors\n"

@@ -40,6 +40,7 @@ keel_strerror(int rc)
     case KEEL_EIO: return "input/output error";
     case KEEL_ENOMEM: return "out of memory";
     case KEEL_EVERSION: return "index written by a newer keel";
+    case KEEL_ECANCELED: return "cancelled";
     default: return "unknown error code";
     }
 }
@@ -48,6 +49,28 @@ int
 keel_libversion_number(void)
 {
     return KEEL_VERSION_NUMBER;
+}
+
+/* A message cut to fit buf (size bytes) may end inside a UTF-8 sequence (a
+** path's "é"): drop that partial sequence, so the message stays valid
+** UTF-8 wherever its parts were. */
+static void
+trim_utf8(char *buf, size_t size)
+{
+    size_t len = strnlen(buf, size);
+    if (len + 1 < size)
+        return; /* not cut */
+    size_t i = len, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)buf[i - 1] & 0xC0) == 0x80) {
+        i--;
+        back++;
+    }
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)buf[i - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (lead >= 0xC0 && back + 1 < need)
+        buf[i - 1] = '\0';
 }
 
 void
@@ -63,6 +86,7 @@ keel__fail(int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     va_end(ap);
+    trim_utf8(errmsg, sizeof errmsg);
     return rc;
 }
 
@@ -77,6 +101,7 @@ keel__wrap(int rc, const char *fmt, ...)
     va_end(ap);
     if (n >= 0 && (size_t)n < sizeof errmsg)
         snprintf(errmsg + n, sizeof errmsg - (size_t)n, "%s", old);
+    trim_utf8(errmsg, sizeof errmsg);
     return rc;
 }
 
@@ -88,11 +113,13 @@ keel__corrupt(const char *file, int line, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    trim_utf8(what, sizeof what);
     const char *base = strrchr(file, '/');
     snprintf(errmsg, sizeof errmsg,
              "%s (check at %s:%d)\nhelp: the file is damaged; restore it from "
              "a backup or rebuild the index from its vectors",
              what, base ? base + 1 : file, line);
+    trim_utf8(errmsg, sizeof errmsg);
     return KEEL_ECORRUPT;
 }
 

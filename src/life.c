@@ -106,6 +106,8 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     keel__build_init(&b, ngr, idx->ef_construction);
     b.progress = idx->progress;
     b.progress_arg = idx->progress_arg;
+    b.cancel = idx->cancel;
+    b.cancel_arg = idx->cancel_arg;
     keel_search_ctx *c = keel__search_ctx_new(ngr);
     if (!c)
         return KEEL_ENOMEM;

@@ -12,7 +12,7 @@ Errors are subclasses of keel.Error, one per keel error code.
 """
 
 from . import _coerce, _keel
-from ._errors import (BY_CODE, CorruptIndexError, DimensionMismatchError,
+from ._errors import (BY_CODE, CancelledError, CorruptIndexError, DimensionMismatchError,
                       Error, IdInUseError, IdNotFoundError, IndexFullError,
                       IndexIOError, IndexLockedError, IndexNotFoundError,
                       InvalidArgumentError, NotAnIndexError, NotFoundError,
@@ -24,10 +24,11 @@ from ._options import IndexOptions
 _keel._setup(BY_CODE, IndexNotFoundError, _coerce)
 
 __version__ = _keel.KEEL_VERSION
+strerror = _keel.strerror
 __all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Error",
            "InvalidArgumentError", "DimensionMismatchError",
            "OptionsMismatchError", "NotFoundError", "IndexNotFoundError",
            "IdNotFoundError", "NotAnIndexError", "IdInUseError",
            "IndexLockedError", "ReadOnlyError", "CorruptIndexError",
            "IndexFullError", "IndexIOError", "OutOfMemoryError",
-           "VersionError"]
+           "VersionError", "CancelledError", "strerror"]

@@ -2,8 +2,9 @@
 
 The C extension uses a float32 or uint64 numpy array in place when it is
 already C-contiguous, aligned and native. Anything else comes here: it is
-converted (a copy) or refused with TypeError / ValueError naming the
-argument, what was given, and what to pass instead.
+converted (a copy: a C-contiguous, aligned, native array) or refused with
+TypeError / ValueError naming the argument, what was given, and what to
+pass instead.
 """
 
 import difflib
@@ -116,7 +117,15 @@ def vectors(obj, fn, dim, batch):
             "%s() was given %s, but the index holds vectors of %d dimensions"
             "\nhelp: pass %d numbers per vector (an index's dimensions are "
             "fixed when it is created)" % (fn, given, dim, dim))
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return _c_array(arr, np.float32)
+
+
+def _c_array(arr, dtype):
+    """arr as a C-contiguous, aligned array of native dtype (a copy unless
+    it is one already): np.frombuffer or np.memmap at an odd offset gives
+    misaligned arrays, which C must not read in place."""
+    return np.require(arr, dtype=np.dtype(dtype).newbyteorder("="),
+                      requirements=["C_CONTIGUOUS", "ALIGNED"])
 
 
 def one_id(obj, fn):
@@ -179,7 +188,7 @@ def ids(obj, fn, n):
         raise ValueError("%s() was given %d ids for %d vectors\nhelp: pass "
                          "one id per row, or ids=None for automatic ids"
                          % (fn, len(arr), n))
-    return np.ascontiguousarray(arr, dtype=np.uint64)
+    return _c_array(arr, np.uint64)
 
 
 def count(obj, name, fn):

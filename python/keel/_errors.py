@@ -6,7 +6,9 @@ FileNotFoundError, OSError, MemoryError). The message is keel's own: what was
 wrong with which value, then a line starting "help: ".
 """
 
+import errno as _errno
 import io
+import os
 
 
 class Error(Exception):
@@ -93,16 +95,54 @@ class CorruptIndexError(Error, OSError):
     code = 9
 
 
-class IndexFullError(Error, OSError):
-    """KEEL_EFULL: disk full, or no room for more vectors or ids."""
+def _errno_in(message, default):
+    """The errno whose text (os.strerror) the message quotes, else
+    default."""
+    for code in sorted(_errno.errorcode):
+        text = os.strerror(code)
+        if text and not text.startswith("Unknown error") and text in message:
+            return code
+    return default
+
+
+class _SystemCodeError(Error, OSError):
+    """An error the system reported: errno and strerror as OSError has them,
+    from the system's text in keel's message (or the class's default)."""
+
+    _default_errno = None
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        message = str(args[0]) if args else ""
+        self.errno = _errno_in(message, self._default_errno)
+        self.strerror = (os.strerror(self.errno) if self.errno is not None
+                         else None)
+
+
+class IndexFullError(_SystemCodeError):
+    """KEEL_EFULL: disk full, or no room for more vectors or ids.
+
+    errno is ENOSPC (or the system's code keel quoted) when the disk is
+    full, None when the index itself has no room.
+    """
 
     code = 10
 
+    def __init__(self, *args):
+        super().__init__(*args)
+        if self.errno is None and args and "disk" in str(args[0]):
+            self.errno = _errno.ENOSPC
+            self.strerror = os.strerror(_errno.ENOSPC)
 
-class IndexIOError(Error, OSError):
-    """KEEL_EIO: the system refused a read, write or sync."""
+
+class IndexIOError(_SystemCodeError):
+    """KEEL_EIO: the system refused a read, write or sync.
+
+    errno is the system's code when keel's message quotes it, else EIO.
+    """
 
     code = 11
+    _default_errno = _errno.EIO
 
 
 class OutOfMemoryError(Error, MemoryError):
@@ -117,11 +157,20 @@ class VersionError(Error, ValueError):
     code = 13
 
 
+class CancelledError(Error):
+    """KEEL_ECANCELED: a long call (add_batch, compact) was stopped, and
+    changed nothing. From Python a signal stops it (Ctrl-C), and the
+    signal handler's exception (KeyboardInterrupt) is raised instead."""
+
+    code = 14
+
+
 #: Exception class by keel code; [0] is the base class.
 BY_CODE = (Error, InvalidArgumentError, DimensionMismatchError,
            OptionsMismatchError, IdNotFoundError, NotAnIndexError,
            IdInUseError, IndexLockedError, ReadOnlyError, CorruptIndexError,
-           IndexFullError, IndexIOError, OutOfMemoryError, VersionError)
+           IndexFullError, IndexIOError, OutOfMemoryError, VersionError,
+           CancelledError)
 
 __all__ = [c.__name__ for c in BY_CODE] + ["NotFoundError",
                                            "IndexNotFoundError"]

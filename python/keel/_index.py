@@ -8,6 +8,7 @@ name them), the context manager and repr.
 """
 
 import os
+import warnings
 
 from . import _keel
 from ._errors import DimensionMismatchError, OptionsMismatchError
@@ -52,7 +53,11 @@ class VectorIndex(_keel.Index):
 
     Adds and deletes are visible to searches on this handle at once and
     become durable together at flush(). close() does not flush; leaving a
-    ``with`` block without an exception flushes, then closes.
+    ``with`` block without an exception flushes, then closes. Closing (or
+    garbage-collecting) a writer with unflushed adds or deletes drops them
+    and emits a ResourceWarning that counts them.
+
+    An object opens once: calling __init__ again raises.
     """
 
     def __init__(self, path, dimensions, options=None, read_only=False,
@@ -120,6 +125,30 @@ class VectorIndex(_keel.Index):
                     "file" % (path, name, st[name], value, name, st[name],
                               name))
 
+    def _dropping(self):
+        """(adds, deletes) a close would drop now; (0, 0) if none or
+        unknown."""
+        if self.read_only or self.closed or self._inherited:
+            return (0, 0)
+        try:
+            return self._pending()
+        except Exception:
+            return (0, 0)
+
+    def close(self):
+        """Close the handle; unflushed adds and deletes are lost (with a
+        ResourceWarning counting them). Calling it again does nothing."""
+        adds, deletes = self._dropping()
+        super().close()
+        if adds or deletes:
+            _warn_dropped(self.path, adds, deletes, "close()", 2)
+
+    def __del__(self):
+        adds, deletes = self._dropping()
+        if adds or deletes:
+            _warn_dropped(self.path, adds, deletes,
+                          "garbage collection of the index object", 1)
+
     @property
     def options(self):
         """The handle's options (a copy), with the file's metric, precision
@@ -134,7 +163,10 @@ class VectorIndex(_keel.Index):
             if exc_type is None and not self.closed and not self.read_only:
                 self.flush()
         finally:
-            self.close()
+            if exc_type is None:
+                self.close()
+            else:   # the block failed: dropping its changes is the point
+                _keel.Index.close(self)
 
     def __reduce__(self):
         raise TypeError("a keel index cannot be pickled\nhelp: pass its path "
@@ -145,9 +177,26 @@ class VectorIndex(_keel.Index):
         kind = type(self).__name__
         if self.closed:
             return "<keel.%s %r closed>" % (kind, self.path)
+        if self._inherited:
+            return "<keel.%s %r inherited through fork: close only>" % (
+                kind, self.path)
         return "<keel.%s %r dimensions=%d metric=%r precision=%r len=%d%s>" % (
             kind, self.path, self.dimensions, self.metric, self.precision,
             len(self), " read_only" if self.read_only else "")
+
+
+def _plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def _warn_dropped(path, adds, deletes, by, stacklevel):
+    what = " and ".join(
+        _plural(n, w) for n, w in ((adds, "add"), (deletes, "delete")) if n)
+    warnings.warn(
+        "%s dropped %s not flushed to the index at %s\nhelp: call flush() "
+        "before closing, or use the index in a with block (which flushes "
+        "when it ends without an exception)" % (by, what, path),
+        ResourceWarning, stacklevel=stacklevel + 1)
 
 
 class IndexReader(VectorIndex):

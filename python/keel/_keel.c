@@ -14,10 +14,16 @@
 ** Threads: the GIL is released around every call into keel that may take
 ** long or wait (adds, searches, deletes, flush, compact, refresh, open,
 ** close). Each object has a read-write lock: calls hold it shared while they
-** use the handle; close and compact hold it exclusive (keel_close and
-** keel_compact must not race other calls on a handle). The lock is always
-** taken without holding the GIL, or with trylock, so it cannot deadlock
-** against the GIL.
+** use the handle (compact too: keel lets searches go on during it); open
+** and close hold it exclusive (keel_close must not race other calls on a
+** handle). An object opens once, so its dimensions never change while a
+** call holds the lock. The lock is always taken without holding the GIL, or
+** with trylock, so it cannot deadlock against the GIL.
+**
+** Signals: long calls (add_batch, compact) ask the Python signal handlers
+** through keel_set_cancel about twenty times a second; a handler that
+** raises (Ctrl-C's KeyboardInterrupt) stops the call, which changes nothing,
+** and the exception is raised when it returns.
 **
 ** Fork: a handle opened before fork() may only be closed in the child
 ** (keel.h); every other call there raises InvalidArgumentError.
@@ -27,6 +33,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -38,7 +45,8 @@
 
 /* --- module state (set once by keel/__init__.py through _setup) ---------- */
 
-static PyObject *err_class[KEEL_EVERSION + 1]; /* by code; [0] = keel.Error */
+#define MAX_CODE KEEL_ECANCELED
+static PyObject *err_class[MAX_CODE + 1]; /* by code; [0] = keel.Error */
 static PyObject *index_not_found;   /* ENOTFOUND from an open: no such file */
 static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
 static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
@@ -54,15 +62,56 @@ after_fork_child(void)
     fork_generation++;
 }
 
-/* Raises the class of code rc with message msg. */
+/* Raises the class of code rc (-1: IndexNotFoundError) with message msg. */
 static PyObject *
 raise_code(int rc, const char *msg)
 {
-    PyObject *cls = rc > 0 && rc <= KEEL_EVERSION ? err_class[rc] : NULL;
+    PyObject *cls = rc > 0 && rc <= MAX_CODE ? err_class[rc]
+                  : rc == -1 ? index_not_found : NULL;
     if (!cls)
         cls = err_class[0] ? err_class[0] : PyExc_RuntimeError;
-    PyErr_SetString(cls, msg);
+    /* keel's messages quote paths, which need not be UTF-8. */
+    PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg),
+                                          "backslashreplace");
+    if (text) {
+        PyErr_SetObject(cls, text);
+        Py_DECREF(text);
+    }
     return NULL;
+}
+
+/* The exception a signal handler raised in cancel_check, kept for the
+** thread whose call it stopped. */
+static _Thread_local PyObject *stop_type, *stop_value, *stop_tb;
+
+/* keel's cancel callback: runs the Python signal handlers (on the main
+** thread; elsewhere PyErr_CheckSignals does nothing). One that raises stops
+** the call; its exception is raised when the call returns. */
+static int
+cancel_check(void *arg)
+{
+    (void)arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = PyErr_CheckSignals() < 0;
+    if (stop) {
+        Py_CLEAR(stop_type);
+        Py_CLEAR(stop_value);
+        Py_CLEAR(stop_tb);
+        PyErr_Fetch(&stop_type, &stop_value, &stop_tb);
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
+/* Raises the exception that stopped this thread's call; 0 if none did. */
+static int
+raise_stop(void)
+{
+    if (!stop_type)
+        return 0;
+    PyErr_Restore(stop_type, stop_value, stop_tb);
+    stop_type = stop_value = stop_tb = NULL;
+    return 1;
 }
 
 /* Raises keel's error for rc with this thread's keel_errmsg(). opening is
@@ -71,6 +120,8 @@ raise_code(int rc, const char *msg)
 static PyObject *
 raise_keel(int rc, int opening)
 {
+    if (raise_stop()) /* a signal handler stopped the call: its exception */
+        return NULL;
     const char *msg = keel_errmsg();
     char buf[160];
     if (!msg || !*msg) {
@@ -78,10 +129,8 @@ raise_keel(int rc, int opening)
                  keel_strerror(rc));
         msg = buf;
     }
-    if (rc == KEEL_ENOTFOUND && opening && index_not_found) {
-        PyErr_SetString(index_not_found, msg);
-        return NULL;
-    }
+    if (rc == KEEL_ENOTFOUND && opening && index_not_found)
+        return raise_code(-1, msg);
     return raise_code(rc, msg);
 }
 
@@ -92,6 +141,7 @@ typedef struct {
     keel_index *idx;            /* NULL when closed or not opened */
     pthread_rwlock_t lock;      /* shared: calls; exclusive: close, compact */
     unsigned long generation;   /* fork_generation when opened */
+    int opened;                 /* set once, by the first successful open */
     uint32_t dim;
     int reader;
     int metric, precision;
@@ -168,15 +218,36 @@ closed_error(IndexObject *self)
 /* Takes the handle for one call (shared lock). Returns 0, or -1 with an
 ** exception set. The caller must call leave() after a 0. */
 static int
-enter(IndexObject *self)
+inherited(IndexObject *self)
 {
-    if (self->generation != fork_generation && self->idx) {
+    return self->generation != fork_generation && self->idx;
+}
+
+/* The checks of enter() without the lock, for calls that must fail the
+** same way before they look at their arguments: 0 or -1 with an
+** exception. */
+static int
+check_usable(IndexObject *self)
+{
+    if (inherited(self)) {
         raise_code(KEEL_EINVAL, "this index was opened in the parent process "
                    "before fork(); a child may only close it\nhelp: open the "
                    "index again in the child process (or use the 'spawn' "
                    "start method)");
         return -1;
     }
+    if (!self->idx) {
+        closed_error(self);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+enter(IndexObject *self)
+{
+    if (inherited(self))
+        return check_usable(self);
     if (pthread_rwlock_tryrdlock(&self->lock) != 0) {
         Py_BEGIN_ALLOW_THREADS
         pthread_rwlock_rdlock(&self->lock);
@@ -194,6 +265,23 @@ static void
 leave(IndexObject *self)
 {
     pthread_rwlock_unlock(&self->lock);
+}
+
+/* enter() for a call that reads vectors a (shape (dim,) or (n, dim)):
+** their length is checked again under the lock. */
+static int
+enter_vectors(IndexObject *self, PyArrayObject *a, int batch)
+{
+    if (enter(self))
+        return -1;
+    if (PyArray_DIM(a, batch) != (npy_intp)self->dim) {
+        leave(self);
+        raise_code(KEEL_EDIM, "the vectors' length no longer matches the "
+                   "index's dimensions\nhelp: do not open an object again "
+                   "while other threads use it");
+        return -1;
+    }
+    return 0;
 }
 
 /* --- arguments ----------------------------------------------------------- */
@@ -259,10 +347,13 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     return 0;
 }
 
-/* A non-negative integer argument (k, ef). Plain ints take the fast path;
-** anything else goes to _coerce.count, which rejects floats and strings. */
+/* An integer argument in lo..hi (k, ef). Plain ints take the fast path;
+** anything else goes to _coerce.count, which rejects floats and strings.
+** A value out of range is named as given, not clamped. */
 static int
-get_count(PyObject *obj, const char *name, const char *fn, long long *out)
+get_count(PyObject *obj, const char *name, const char *fn, long long lo,
+          long long hi, const char *limit, const char *help,
+          long long *out)
 {
     PyObject *o = obj;
     if (!PyLong_CheckExact(o)) {
@@ -274,23 +365,25 @@ get_count(PyObject *obj, const char *name, const char *fn, long long *out)
     }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    Py_DECREF(o);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow > 0)
-        v = LLONG_MAX;
-    if (overflow < 0 || v < 0) {
-        char msg[240], buf[32];
-        snprintf(buf, sizeof buf, "%lld", v);
-        snprintf(msg, sizeof msg, "%s is %s, but has to be at least %d\n"
-                 "help: pass %s", name, overflow < 0 ? "negative" : buf,
-                 name[0] == 'k' ? 1 : 0,
-                 name[0] == 'k' ? "how many results to return, such as 10"
-                                : "a search width such as 64, or None for "
-                                  "the index's ef_search");
-        raise_code(KEEL_EINVAL, msg);
+    if (v == -1 && PyErr_Occurred()) {
+        Py_DECREF(o);
         return -1;
     }
+    if (overflow || v < lo || v > hi) {
+        int low = overflow < 0 || (!overflow && v < lo);
+        PyObject *msg = PyUnicode_FromFormat(
+            "%s is %S, but has to be %s %s\nhelp: %s", name, o,
+            low ? "at least" : "at most", low ? (lo ? "1" : "0") : limit,
+            help);
+        Py_DECREF(o);
+        if (msg) {
+            PyErr_SetObject(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
+                                                   : PyExc_ValueError, msg);
+            Py_DECREF(msg);
+        }
+        return -1;
+    }
+    Py_DECREF(o);
     *out = v;
     return 0;
 }
@@ -404,10 +497,18 @@ index_open(IndexObject *self, PyObject *args)
                           &path_bytes, &dim, &metric, &precision, &m, &efc,
                           &efs, &threads, &flags, &reader))
         return NULL;
-    if (self->idx) {
+    /* Exclusive: no call may run while the object opens, and two opens of
+     * one object must not both succeed. */
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    if (self->opened) {
+        pthread_rwlock_unlock(&self->lock);
         Py_DECREF(path_bytes);
-        return raise_code(KEEL_EINVAL, "this index object is already open\n"
-                          "help: create a new object for another index");
+        return raise_code(KEEL_EINVAL, "this index object was opened "
+                          "already; an object opens once\nhelp: create a "
+                          "new object to open an index again or another "
+                          "index");
     }
     keel_options o = {
         .metric = (keel_metric)metric,
@@ -427,26 +528,29 @@ index_open(IndexObject *self, PyObject *args)
                 : keel_open(path, dim, &o, &idx);
     if (!rc)
         rc = keel_stat(idx, &st);
+    if (!rc && !reader)
+        rc = keel_set_cancel(idx, cancel_check, NULL);
     Py_END_ALLOW_THREADS
-    if (rc) {
-        PyObject *r = raise_keel(rc, 1);
-        keel_close(idx);
-        Py_DECREF(path_bytes);
-        return r;
-    }
-    PyObject *name = PyUnicode_DecodeFSDefault(path);
+    PyObject *name = NULL;
+    if (rc)
+        raise_keel(rc, 1);
+    else
+        name = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_bytes);
     if (!name) {
         keel_close(idx);
+        pthread_rwlock_unlock(&self->lock);
         return NULL;
     }
     Py_SETREF(self->path, name);
     self->idx = idx;
+    self->opened = 1;
     self->generation = fork_generation;
     self->dim = st.dim;
     self->reader = reader;
     self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
     self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
+    pthread_rwlock_unlock(&self->lock);
     Py_RETURN_NONE;
 }
 
@@ -492,7 +596,7 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyArrayObject *v = get_vectors(self, a[0], 0, "add");
     if (!v)
         return NULL;
-    if (enter(self)) {
+    if (enter_vectors(self, v, 0)) {
         Py_DECREF(v);
         return NULL;
     }
@@ -527,7 +631,7 @@ index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (a[1] && a[1] != Py_None && !(ids = get_ids(a[1], "add_batch", n)))
         goto fail;
     out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_UINT64);
-    if (!out || enter(self))
+    if (!out || enter_vectors(self, v, 1))
         goto fail;
     const float *data = PyArray_DATA(v);
     const uint64_t *idp = ids ? PyArray_DATA(ids) : NULL;
@@ -615,23 +719,9 @@ static PyObject *
 index_compact(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self)) /* the closed and fork checks */
-        return NULL;
-    leave(self);
-    int rc = 0, closed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_wrlock(&self->lock);
-    if (self->idx)
-        rc = keel_compact(self->idx);
-    else
-        closed = 1;
-    pthread_rwlock_unlock(&self->lock);
-    Py_END_ALLOW_THREADS
-    if (closed)
-        return closed_error(self);
-    if (rc)
-        return raise_keel(rc, 0);
-    Py_RETURN_NONE;
+    /* Shared, like a search: keel lets searches (and waits writes) go on
+     * during a compaction; only close must wait for it. */
+    return simple_call(self, keel_compact);
 }
 
 /* --- reads --------------------------------------------------------------- */
@@ -658,22 +748,15 @@ parse_search(int batch, PyObject *const *args, Py_ssize_t nargs,
         return -1;
     *query = a[0];
     long long k = 10, ef = 0;
-    if (a[1] && get_count(a[1], "k", fn, &k))
+    if (a[1] && get_count(a[1], "k", fn, 1, MAX_K, "1,000,000",
+                          "pass how many results to return, such as 10",
+                          &k))
         return -1;
-    if (a[2] && a[2] != Py_None && get_count(a[2], "ef", fn, &ef))
+    if (a[2] && a[2] != Py_None &&
+        get_count(a[2], "ef", fn, 1, 100000, "100,000",
+                  "pass a search width such as 64 (at least k), or None "
+                  "for the index's ef_search", &ef))
         return -1;
-    if (k < 1 || k > MAX_K) {
-        char msg[200];
-        snprintf(msg, sizeof msg, k < 1
-                 ? "k is %lld, but has to be at least 1\nhelp: pass how "
-                   "many results to return, such as 10"
-                 : "k is %lld, but has to be at most 1,000,000\nhelp: ask "
-                   "for fewer results", k);
-        raise_code(KEEL_EINVAL, msg);
-        return -1;
-    }
-    if (ef > UINT32_MAX)
-        ef = UINT32_MAX; /* keel refuses it with its own message */
     s->k = (size_t)k;
     s->p.ef = (uint32_t)ef;
     if (a[3] && a[3] != Py_None) {
@@ -735,7 +818,7 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter(self))
+    if (enter_vectors(self, q, 0))
         goto done;
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
@@ -782,7 +865,7 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter(self))
+    if (enter_vectors(self, q, 1))
         goto done;
     const float *qp = PyArray_DATA(q);
     int rc;
@@ -830,11 +913,21 @@ index_get(IndexObject *self, PyObject *arg)
     return (PyObject *)v;
 }
 
+/* `x in index`, as for the keys of a dict: an integral float is that id
+** (5.0 == 5); anything else that is not an id is not in it. A closed
+** index raises whatever x is. */
 static int
 index_contains(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (get_id(arg, "__contains__", &id)) {
+    if (check_usable(self))
+        return -1;
+    if (PyFloat_Check(arg)) {
+        double d = PyFloat_AS_DOUBLE(arg);
+        if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
+            return 0;
+        id = (uint64_t)d;
+    } else if (get_id(arg, "__contains__", &id)) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
             !PyErr_ExceptionMatches(PyExc_TypeError))
             return -1;
@@ -872,6 +965,24 @@ index_len(IndexObject *self)
     uint64_t n = keel_count(self->idx);
     leave(self);
     return (Py_ssize_t)n;
+}
+
+static PyObject *
+index_pending(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self))
+        return NULL;
+    uint64_t adds = 0, deletes = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_pending(self->idx, &adds, &deletes);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    return Py_BuildValue("(KK)", (unsigned long long)adds,
+                         (unsigned long long)deletes);
 }
 
 static PyObject *
@@ -950,6 +1061,13 @@ get_closed(IndexObject *self, void *closure)
     return PyBool_FromLong(self->idx == NULL);
 }
 
+static PyObject *
+get_inherited(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(inherited(self));
+}
+
 static PyGetSetDef index_getset[] = {
     {"dimensions", (getter)get_dimensions, NULL,
      "Length of the vectors (int).", NULL},
@@ -961,6 +1079,8 @@ static PyGetSetDef index_getset[] = {
     {"read_only", (getter)get_read_only, NULL,
      "True for a reader handle.", NULL},
     {"closed", (getter)get_closed, NULL, "True once closed.", NULL},
+    {"_inherited", (getter)get_inherited, NULL, "True in a child process "
+     "for a handle opened before fork() (it may only be closed).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1003,6 +1123,8 @@ static PyMethodDef index_methods[] = {
      "padded with 2**64-1 and inf."},
     {"get", (PyCFunction)index_get, METH_O,
      "get(id)\n--\n\nThe stored vector of a live id (float32 array)."},
+    {"_pending", (PyCFunction)index_pending, METH_NOARGS,
+     "_pending()\n--\n\nInternal: (adds, deletes) since the last flush."},
     {"stats", (PyCFunction)index_stats, METH_NOARGS,
      "stats()\n--\n\nFacts about the index as a dict."},
     {"check", (PyCFunction)index_check, METH_NOARGS,
@@ -1033,7 +1155,7 @@ static PyTypeObject IndexType = {
 
 /* --- module -------------------------------------------------------------- */
 
-/* _setup(classes, index_not_found, helpers): classes is a sequence of 14
+/* _setup(classes, index_not_found, helpers): classes is a sequence of 15
 ** exception classes indexed by keel code ([0] = keel.Error). */
 static PyObject *
 module_setup(PyObject *mod, PyObject *args)
@@ -1045,12 +1167,12 @@ module_setup(PyObject *mod, PyObject *args)
     PyObject *seq = PySequence_Fast(classes, "classes must be a sequence");
     if (!seq)
         return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != KEEL_EVERSION + 1) {
+    if (PySequence_Fast_GET_SIZE(seq) != MAX_CODE + 1) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "_setup needs one class per code");
         return NULL;
     }
-    for (int i = 0; i <= KEEL_EVERSION; i++) {
+    for (int i = 0; i <= MAX_CODE; i++) {
         PyObject *c = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(c);
         Py_XSETREF(err_class[i], c);
@@ -1076,9 +1198,15 @@ static PyObject *
 module_strerror(PyObject *mod, PyObject *arg)
 {
     (void)mod;
-    long rc = PyLong_AsLong(arg);
+    if (!PyLong_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "strerror() takes an integer "
+                            "code, not %s", Py_TYPE(arg)->tp_name);
+    int overflow;
+    long long rc = PyLong_AsLongLongAndOverflow(arg, &overflow);
     if (rc == -1 && PyErr_Occurred())
         return NULL;
+    if (overflow || rc < INT_MIN || rc > INT_MAX)
+        rc = -1; /* no code: keel says "unknown error code" */
     return PyUnicode_FromString(keel_strerror((int)rc));
 }
 

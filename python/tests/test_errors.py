@@ -33,7 +33,7 @@ def index(path):
 
 
 def test_every_code_has_a_class():
-    assert len(keel.BY_CODE) == 14
+    assert len(keel.BY_CODE) == 15
     for code, cls in enumerate(keel.BY_CODE[1:], 1):
         assert cls.code == code and issubclass(cls, keel.Error)
         assert keel._keel.strerror(code) != "unknown error code"
@@ -139,7 +139,8 @@ def test_ereadonly(index, path):
 
 def _damaged_copy(index, tmp_path, name, change):
     index.close()
-    data = bytearray(open(index.path, "rb").read())
+    with open(index.path, "rb") as f:
+        data = bytearray(f.read())
     change(data)
     out = tmp_path / name
     out.write_bytes(bytes(data))
@@ -170,6 +171,7 @@ def test_efull(index):
     msg = raises(keel.IndexFullError, OSError, index.add, np.ones(4))
     assert "automatic id" in msg
     raises(keel.IndexFullError, OSError, index.add_batch, np.ones((2, 4)))
+    index.flush()
 
 
 def test_eio(tmp_path):
@@ -186,7 +188,8 @@ def test_enomem(index):
         ix = keel.IndexReader(%r)
         allowed = np.arange(8_000_000, dtype=np.uint64)
         ix.search(np.ones(4), k=1, allowed=[1])
-        pages = int(open("/proc/self/statm").read().split()[0])
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[0])
         limit = pages * resource.getpagesize() + (96 << 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         try:

@@ -56,6 +56,7 @@ def test_reader_follows_a_writer_in_another_process(path):
     finally:
         child.stdin.close()
         assert child.wait(timeout=60) == 0
+        child.stdout.close()
         if reader is not None:
             reader.close()
 
@@ -92,12 +93,14 @@ def test_searches_while_another_process_writes(path):
             assert len(reader) == 10 + 150 * 20
     finally:
         assert child.wait(timeout=120) == 0
+        child.stdout.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_child_after_fork_may_only_close(path):
     index = keel.VectorIndex(path, 2)
     index.add([1, 2])
+    index.flush()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                              # the child
