@@ -87,7 +87,7 @@ $(BUILD)/$(SONAME) $(BUILD)/libkeel.so: $(BUILD)/libkeel.so.$(VERSION)
 $(BUILD)/keel: $(CLI_OBJ) $(BUILD)/libkeel.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL)
 
-$(BUILD)/keel.pc: keel.pc.in Makefile
+$(BUILD)/keel.pc: keel.pc.in Makefile | $(DEPS_OK)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(BUILD)/test/%: test/%.c $(BUILD)/libkeel.a $(TEST_LIB_OBJ) | $(DEPS_OK)
