@@ -218,9 +218,15 @@ int
 keel__index_attach(keel_index *idx, keel_store *st)
 {
     idx->st = st;
-    idx->dim = st->g.dim;
-    idx->metric = st->metric;
-    idx->precision = st->precision;
+    /* Written only when they change (at open): a reader follows only to
+     * its own index, so a search that reads them before taking swap_lock
+     * never races the swap. */
+    if (idx->dim != st->g.dim)
+        idx->dim = st->g.dim;
+    if (idx->metric != st->metric)
+        idx->metric = st->metric;
+    if (idx->precision != st->precision)
+        idx->precision = st->precision;
     keel__graph_init(idx->gr, st);
     keel__build_init(&idx->builder, idx->gr, idx->ef_construction);
     idx->builder.progress = idx->progress;

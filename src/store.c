@@ -1245,6 +1245,7 @@ refresh_snapshot(keel_store *st)
     memcpy(st->snap_words, w, sizeof w);
     st->snap_both_valid = valid == 2;
     st->snap = *h;
+    KEEL_STORE_RELEASE(&st->snap_flags, (unsigned)h->flags);
 out:
     keel__free(buf);
     keel__free(h);
@@ -1419,6 +1420,7 @@ keel__store_identity(const keel_store *st)
 int
 keel__store_superseded(const keel_store *st)
 {
-    return (st->writer ? st->committed.flags : st->snap.flags) &
+    return (st->writer ? st->committed.flags
+                       : KEEL_LOAD_ACQUIRE(&st->snap_flags)) &
            KEEL_FLAG_SUPERSEDED;
 }

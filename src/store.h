@@ -102,6 +102,8 @@ typedef struct keel_store {
     /* Reader state, guarded by snap_lock. */
     pthread_mutex_t snap_lock;
     keel_header snap;         /* the snapshot in use (snap.sequence 0: none) */
+    unsigned snap_flags;      /* snap.flags, for readers of it without the
+                               * lock (atomic) */
     uint64_t snap_words[4];   /* both copies' sequence and checksum words */
     int snap_both_valid;      /* both copies verified at the last look */
     uint64_t live_gen;        /* live page generation last looked at */

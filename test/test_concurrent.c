@@ -268,7 +268,7 @@ TEST(checks_of_a_reader_beside_its_searches_and_delete_flushes)
             next += 10;
         }
         CHECK_OK(keel_flush(w));
-        if (id > 100 && o[0].calls >= 300)
+        if (id > 100 && __atomic_load_n(&o[0].calls, __ATOMIC_RELAXED) >= 300)
             break;
     }
     for (int i = 0; i < T; i++) {
