@@ -47,7 +47,7 @@ TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long \
+.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long stress-long \
         bench bench-smoke fuzz
 
 VERSION = 0.1.0
@@ -129,6 +129,11 @@ bench-smoke: $(BUILD)/libkeel.a
 # Thousands of process kills per variant (the test suite runs 70 each).
 crash-long: $(BUILD)/test/test_crash
 	KEEL_CRASH_ROUNDS=$${KEEL_CRASH_ROUNDS:-2000} $(BUILD)/test/test_crash
+
+# Every public call at once on shared handles, for KEEL_STRESS_SECONDS
+# (default 300; the test suites run it for 2).
+stress-long: $(BUILD)/test/test_concurrent_stress
+	KEEL_STRESS_SECONDS=$${KEEL_STRESS_SECONDS:-300} $(BUILD)/test/test_concurrent_stress
 
 PYTHON ?= /usr/bin/python3
 

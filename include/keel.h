@@ -14,13 +14,19 @@
 **   old file until the new one is swapped in (the swap waits for searches
 **   in flight). keel_close must not race other calls on the same handle.
 **   A handle must not be used in a child process after fork(); the child may
-**   only keel_close it, which releases what the child holds and nothing else.
+**   only keel_close it, which releases what the child holds and nothing else
+**   (it never waits for the parent's threads, whatever they were doing).
 **
 ** PROCESSES
 **   One writer per file (keel_open takes an exclusive flock; a second writer,
-**   in this process or another, gets KEEL_ELOCKED). Any number of readers
+**   in this process or another, gets KEEL_ELOCKED). A child made by fork()
+**   does not keep the lock (on Linux): once the parent closes the writer,
+**   it can open it again while the child lives on. Any number of readers
 **   (keel_open_reader) in any process, lock-free: each search takes a fresh
-**   snapshot of the last completed flush.
+**   snapshot of the last completed flush. A reader follows a compaction of
+**   its index to the new file, but never into another index put at its path
+**   (a file made by another keel_open): it keeps its last snapshot, and
+**   keel_refresh and keel_check say so.
 **
 ** REPLACING THE FILE
 **   keel maps the file. Truncating it or overwriting it in place (cp over
@@ -182,7 +188,8 @@ int keel_compact(keel_index *idx);
 int keel_warm(keel_index *idx);
 
 /* Reader: take a new snapshot of the last flush now (searches do this by
-** themselves). On a writer it does nothing. */
+** themselves). On a writer it does nothing. KEEL_EDIM or KEEL_EOPTIONS if
+** the path now names another index (the reader keeps its last snapshot). */
 int keel_refresh(keel_index *idx);
 
 /* Finds the k nearest live vectors to query (keel_dim(idx) floats). out holds

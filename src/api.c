@@ -4,10 +4,19 @@
 ** The top of the module stack: it turns a public call into store, build and
 ** search calls. It owns the handle and its locks:
 **
-**   write_lock  serializes adds, deletes, flushes and compaction (writer);
+**   write_lock  serializes adds, deletes, flushes and compaction (writer),
+**               and keeps a writer's stat, check and warm off a half-done
+**               write;
 **   swap_lock   searches hold it shared; compaction's swap of the store and
 **               close hold it exclusive, so no search reads a store that goes;
 **   pool_lock   guards the list of free search contexts.
+**
+** Order: write_lock before swap_lock (compaction swaps with write_lock
+** held), never the other way round.
+**
+** After fork() the child may only close the handle: it takes none of these
+** locks there, since a thread of the parent may have held any of them at
+** the fork, and that thread does not exist in the child.
 **
 ** Searches take no lock a write holds: they read the store through views,
 ** so a search on a writer handle runs while an add on another thread links.
@@ -17,6 +26,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* --- arguments ---------------------------------------------------------- */
 
@@ -191,6 +201,7 @@ index_new(const char *path, const keel_options *o, int writer)
     idx->ef_construction = o && o->ef_construction ? o->ef_construction : 200;
     idx->threads = o && o->threads ? o->threads : keel__cpu_count();
     idx->flags = o ? o->flags : 0;
+    idx->owner = getpid();
     pthread_mutex_init(&idx->write_lock, NULL);
     pthread_mutex_init(&idx->pool_lock, NULL);
     pthread_rwlock_init(&idx->swap_lock, NULL);
@@ -200,6 +211,7 @@ index_new(const char *path, const keel_options *o, int writer)
 static void
 index_free(keel_index *idx)
 {
+    int forked = idx->owner != getpid();
     keel__warm_stop(idx);
     for (keel_search_ctx *c = idx->pool, *n; c; c = n) {
         n = c->next;
@@ -208,9 +220,11 @@ index_free(keel_index *idx)
     keel__store_close(idx->st);
     keel__free(idx->conv);
     keel__free(idx->gr);
-    pthread_mutex_destroy(&idx->write_lock);
-    pthread_mutex_destroy(&idx->pool_lock);
-    pthread_rwlock_destroy(&idx->swap_lock);
+    if (!forked) { /* a child's copies may be held by a parent's thread */
+        pthread_mutex_destroy(&idx->write_lock);
+        pthread_mutex_destroy(&idx->pool_lock);
+        pthread_rwlock_destroy(&idx->swap_lock);
+    }
     free(idx->path);
     keel__free(idx);
 }
@@ -220,9 +234,15 @@ int
 keel__index_attach(keel_index *idx, keel_store *st)
 {
     idx->st = st;
-    idx->dim = st->g.dim;
-    idx->metric = st->metric;
-    idx->precision = st->precision;
+    /* Written only when they change (at open): a reader follows only to
+     * its own index, so a search that reads them before taking swap_lock
+     * never races the swap. */
+    if (idx->dim != st->g.dim)
+        idx->dim = st->g.dim;
+    if (idx->metric != st->metric)
+        idx->metric = st->metric;
+    if (idx->precision != st->precision)
+        idx->precision = st->precision;
     keel__graph_init(idx->gr, st);
     keel__build_init(&idx->builder, idx->gr, idx->ef_construction);
     idx->builder.progress = idx->progress;
@@ -353,8 +373,12 @@ keel_close(keel_index *idx)
 {
     if (!idx)
         return KEEL_OK;
-    pthread_rwlock_wrlock(&idx->swap_lock);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    /* A forked child waits for no search: the parent's threads that held
+     * the lock at the fork do not run here, and will never release it. */
+    if (idx->owner == getpid()) {
+        pthread_rwlock_wrlock(&idx->swap_lock);
+        pthread_rwlock_unlock(&idx->swap_lock);
+    }
     index_free(idx);
     return KEEL_OK;
 }
@@ -681,7 +705,7 @@ keel_flush(keel_index *idx)
         return rc;
     pthread_mutex_lock(&idx->write_lock);
     rc = keel__store_commit(idx->st);
-    if (!rc && (idx->flags & KEEL_HUGE_PAGES))
+    if (!rc && (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES))
         keel__huge_pages_advise(idx);
     pthread_mutex_unlock(&idx->write_lock);
     return rc;
@@ -763,7 +787,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             int batch)
 {
     int rc;
-    if (!idx->writer && (rc = keel__reader_follow(idx)))
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
         return rc;
     for (size_t i = 0; i < nq; i++)
         if ((rc = check_vector(idx, queries + i * idx->dim, "query",
@@ -841,7 +865,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
     NEED(vec_out, "keel_get was given vec_out = NULL\nhelp: pass room for %u "
          "floats", idx->dim);
     int rc;
-    if (!idx->writer && (rc = keel__reader_follow(idx)))
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
         return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
     keel_view v;
@@ -867,6 +891,8 @@ keel_count(keel_index *idx)
 {
     if (!idx)
         return 0;
+    if (!idx->writer && keel__reader_follow(idx, 0) != KEEL_OK)
+        keel__clear_error(); /* counts the snapshot it has */
     pthread_rwlock_rdlock(&idx->swap_lock);
     uint64_t n;
     if (idx->writer) {
@@ -896,7 +922,7 @@ keel_refresh(keel_index *idx)
         return null_handle("keel_refresh");
     if (idx->writer)
         return KEEL_OK;
-    int rc = keel__reader_follow(idx);
+    int rc = keel__reader_follow(idx, 1);
     if (rc)
         return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
@@ -906,6 +932,34 @@ keel_refresh(keel_index *idx)
     return rc;
 }
 
+/* Takes what keel_stat and keel_check read through: a writer's write_lock
+** (a write in progress changes the commit they read, and a writer's store
+** changes only under it), a reader's swap_lock shared after following a
+** compaction. report: whether a reader says so when its path names another
+** index. */
+static int
+read_begin(keel_index *idx, int report)
+{
+    if (idx->writer) {
+        pthread_mutex_lock(&idx->write_lock);
+        return KEEL_OK;
+    }
+    int rc = keel__reader_follow(idx, report);
+    if (rc)
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    return KEEL_OK;
+}
+
+static void
+read_end(keel_index *idx)
+{
+    if (idx->writer)
+        pthread_mutex_unlock(&idx->write_lock);
+    else
+        pthread_rwlock_unlock(&idx->swap_lock);
+}
+
 int
 keel_stat(keel_index *idx, keel_stats *out)
 {
@@ -913,10 +967,15 @@ keel_stat(keel_index *idx, keel_stats *out)
     if (!idx)
         return null_handle("keel_stat");
     NEED(out, "keel_stat was given out = NULL\nhelp: pass a keel_stats to fill");
-    pthread_rwlock_rdlock(&idx->swap_lock);
-    keel__store_stats(idx->st, out);
-    pthread_rwlock_unlock(&idx->swap_lock);
-    return KEEL_OK;
+    keel_stats s;
+    int rc = read_begin(idx, 0);
+    if (rc)
+        return rc;
+    rc = keel__store_stats(idx->st, &s);
+    read_end(idx);
+    if (!rc)
+        *out = s;
+    return rc;
 }
 
 int
@@ -925,12 +984,10 @@ keel_check(keel_index *idx)
     keel__clear_error();
     if (!idx)
         return null_handle("keel_check");
-    pthread_rwlock_rdlock(&idx->swap_lock);
-    if (idx->writer)
-        pthread_mutex_lock(&idx->write_lock);
-    int rc = keel__store_check(idx->st);
-    if (idx->writer)
-        pthread_mutex_unlock(&idx->write_lock);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    int rc = read_begin(idx, 1);
+    if (rc)
+        return rc;
+    rc = keel__store_check(idx->st);
+    read_end(idx);
     return rc;
 }

@@ -13,13 +13,20 @@
 #include "dist.h"
 #include "store.h"
 
-void
+int
 keel__store_stats(keel_store *st, keel_stats *out)
 {
-    memset(out, 0, sizeof *out);
+    keel_header *h = keel__malloc(sizeof *h);
+    if (!h)
+        return keel__fail(KEEL_ENOMEM, "out of memory reading the facts of "
+                          "%s\nhelp: free memory", st->path);
     keel_view v;
-    keel__store_view(st, &v);
-    const keel_header *h = st->writer ? &st->committed : &st->snap;
+    int rc = keel__store_snapshot(st, &v, h);
+    if (rc) {
+        keel__free(h);
+        return rc;
+    }
+    memset(out, 0, sizeof *out);
     out->dim = st->g.dim;
     out->metric = (keel_metric)st->metric;
     out->precision = (keel_precision)st->precision;
@@ -39,11 +46,13 @@ keel__store_stats(keel_store *st, keel_stats *out)
     out->heap_chunks = h->heap_chunks;
     out->snapshot = h->sequence;
     out->is_reader = !st->writer;
+    keel__free(h);
     keel_file_info fi;
     if (keel__os->stat(st->fd, &fi) == 0) {
         out->file_bytes = fi.size;
         out->allocated_bytes = fi.allocated;
     }
+    return KEEL_OK;
 }
 
 /* A small open-addressing set of u64 for the uniqueness check. */
@@ -71,8 +80,11 @@ static int
 check_slot(keel_store *st, const keel_header *h, const keel_view *v,
            uint64_t s, float *buf, uint64_t *dead)
 {
+    /* A writer's commit has no mark above its epoch (recovery cleared
+     * them). A reader's snapshot may: every delete flush since it was taken
+     * marks with a later epoch, and the slot is live at the snapshot. */
     uint64_t mark = KEEL_LOAD_RELAXED(keel__store_mark(st, s));
-    if (mark > h->epoch + 1 || (mark == h->epoch + 1 && st->writer))
+    if (mark > h->epoch && st->writer)
         return KEEL_CORRUPT("slot %llu is marked deleted at epoch %llu, after "
                             "the file's epoch %llu", (unsigned long long)s,
                             (unsigned long long)mark,
@@ -136,14 +148,29 @@ check_slot(keel_store *st, const keel_header *h, const keel_view *v,
     return KEEL_OK;
 }
 
+static int check_commit(keel_store *st, keel_header *h);
+
 int
 keel__store_check(keel_store *st)
 {
+    keel_header *h = keel__malloc(sizeof *h);
+    if (!h)
+        return keel__fail(KEEL_ENOMEM, "out of memory checking %s\nhelp: free "
+                          "memory", st->path);
+    int rc = check_commit(st, h);
+    keel__free(h);
+    return rc;
+}
+
+/* Checks the commit *h, taken as the snapshot (reader: its own copy, which
+** searches on other threads cannot replace under the check). */
+static int
+check_commit(keel_store *st, keel_header *h)
+{
     keel_view v;
-    int rc = keel__store_view(st, &v);
+    int rc = keel__store_snapshot(st, &v, h);
     if (rc)
         return rc;
-    const keel_header *h = st->writer ? &st->committed : &st->snap;
     /* The view counts the writer's unflushed adds; check the commit. */
     v.count = v.limit = h->count;
     v.epoch = h->epoch;
@@ -168,7 +195,8 @@ keel__store_check(keel_store *st)
         goto out;
     }
     keel_idtab *tab = NULL;
-    for (uint32_t t = 0; t < st->nidtabs; t++)
+    uint32_t ntabs = KEEL_LOAD_ACQUIRE(&st->nidtabs);
+    for (uint32_t t = 0; t < ntabs; t++)
         if (st->idtabs[t].off == h->idtab_offset)
             tab = &st->idtabs[t];
     v.idtab = tab;

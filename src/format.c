@@ -160,11 +160,39 @@ keel__header_checksum(const uint8_t *buf, uint32_t length)
     return XXH3_64bits_digest(&st);
 }
 
+int
+keel__identity_present(const uint8_t identity[KEEL_IDENTITY_BYTES])
+{
+    for (uint32_t i = 0; i < KEEL_IDENTITY_BYTES; i++)
+        if (identity[i])
+            return 1;
+    return 0;
+}
+
+void
+keel__identity_hex(const uint8_t identity[KEEL_IDENTITY_BYTES], char out[33])
+{
+    if (!keel__identity_present(identity)) {
+        memcpy(out, "none", 5);
+        return;
+    }
+    for (uint32_t i = 0; i < KEEL_IDENTITY_BYTES; i++)
+        snprintf(out + 2 * i, 3, "%02x", identity[i]);
+}
+
+/* Bytes of the tables; the identity, when present, follows them. */
+static uint32_t
+tables_end(const keel_header *h)
+{
+    return KEEL_HDR_FIXED + 8u * (h->segments + h->heap_chunks);
+}
+
 void
 keel__header_encode(keel_header *h, uint8_t *buf)
 {
     memset(buf, 0, KEEL_PAGE_SLOT);
-    h->length = KEEL_HDR_FIXED + 8u * (h->segments + h->heap_chunks);
+    int has_identity = keel__identity_present(h->identity);
+    h->length = tables_end(h) + (has_identity ? KEEL_IDENTITY_BYTES : 0u);
     memcpy(buf + HO_MAGIC, KEEL_MAGIC, 8);
     keel__put32(buf + HO_READ_VERSION, h->read_version);
     keel__put32(buf + HO_WRITE_VERSION, h->write_version);
@@ -199,6 +227,8 @@ keel__header_encode(keel_header *h, uint8_t *buf)
         keel__put64(t, h->seg_off[i]);
     for (uint32_t i = 0; i < h->heap_chunks; i++, t += 8)
         keel__put64(t, h->heap_off[i]);
+    if (has_identity)
+        memcpy(t, h->identity, KEEL_IDENTITY_BYTES);
     keel__put64(buf + HO_CHECKSUM, keel__header_checksum(buf, h->length));
 }
 
@@ -299,8 +329,13 @@ keel__header_decode(const uint8_t *buf, uint64_t file_len, keel_header *h,
     if (h->segments > KEEL_MAX_SEGMENTS || h->heap_chunks > KEEL_MAX_HEAP_CHUNKS)
         BAD("%u segments / %u heap chunks exceed the tables", h->segments,
             h->heap_chunks);
-    if (h->length != KEEL_HDR_FIXED + 8u * (h->segments + h->heap_chunks))
+    /* The length is the tables' end, or that plus the identity. */
+    if (h->length != tables_end(h) &&
+        h->length != tables_end(h) + KEEL_IDENTITY_BYTES)
         BAD("header length %u does not fit its tables", h->length);
+    memset(h->identity, 0, KEEL_IDENTITY_BYTES);
+    if (h->length > tables_end(h))
+        memcpy(h->identity, buf + tables_end(h), KEEL_IDENTITY_BYTES);
     if (h->file_end < KEEL_DATA_OFF || h->file_end > file_len)
         BAD("committed end %llu beyond the file's %llu bytes",
             (unsigned long long)h->file_end, (unsigned long long)file_len);

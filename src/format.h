@@ -22,6 +22,7 @@
 #define KEEL_REGION_ALIGN     65536u
 
 #define KEEL_HDR_FIXED        144u
+#define KEEL_IDENTITY_BYTES   16u      /* after the tables, when present */
 #define KEEL_MAX_SEGMENTS     6144u
 #define KEEL_MAX_HEAP_CHUNKS  1024u
 #define KEEL_MAX_LEVELS       16u
@@ -84,6 +85,10 @@ typedef struct keel_header {
     uint64_t idtab_offset;
     uint32_t idtab_log2;
     uint32_t segments, heap_chunks;
+    /* Which index this is: random at creation, carried by compaction to the
+     * file that replaces it. All zero in files written before it existed
+     * (their headers end with the tables). */
+    uint8_t identity[KEEL_IDENTITY_BYTES];
     uint64_t seg_off[KEEL_MAX_SEGMENTS];
     uint64_t heap_off[KEEL_MAX_HEAP_CHUNKS];
 } keel_header;
@@ -158,8 +163,15 @@ enum keel_mutant {
 };
 extern int keel__mutant;
 
+/* Whether a header carries an identity (not all zero). */
+int keel__identity_present(const uint8_t identity[KEEL_IDENTITY_BYTES]);
+/* The identity as 32 hex digits ("none" if absent), for messages. */
+void keel__identity_hex(const uint8_t identity[KEEL_IDENTITY_BYTES],
+                        char out[33]);
+
 /* Encodes h into buf (KEEL_PAGE_SLOT bytes, zero past the header), setting
-** h->length and the checksum. */
+** h->length and the checksum; the identity follows the tables when h has
+** one. */
 void keel__header_encode(keel_header *h, uint8_t *buf);
 
 /* Decodes and validates the copy in buf (KEEL_PAGE_SLOT bytes) against a file

@@ -3,7 +3,8 @@
 **
 ** Compaction (keel_compact), with the writer lock held throughout:
 **   1. flush;
-**   2. write every live vector (same ids, same metric, precision and M) into
+**   2. write every live vector (same ids, same metric, precision, M and
+**      identity: the new file is the same index) into
 **      <path>.compacting, link them with the batch build, commit it with the
 **      old file's next id (auto ids are never reused) and epoch + 1 (so a
 **      snapshot's (count, epoch) never names two states);
@@ -18,8 +19,11 @@
 **
 ** Readers: a snapshot with the superseded flag makes the reader look at the
 ** path again; once the path names another file it opens that one and
-** continues there. Until the rename lands it keeps searching the old file,
-** which stays valid (an open file outlives its name).
+** continues there if it is the same index (dimensions, metric, precision,
+** M, identity). Until the rename lands, or when the path names another
+** index, it keeps searching the old file, which stays valid (an open file
+** outlives its name). Every call that reads a reader follows first:
+** searches, get, count, stat, check, refresh.
 */
 #include "api.h"
 
@@ -45,9 +49,10 @@ swap_store(keel_index *idx, keel_store *nw)
 {
     keel__warm_stop(idx);
     keel__index_attach(idx, nw);
-    if (idx->flags & KEEL_WARM)
+    unsigned flags = KEEL_LOAD_RELAXED(&idx->flags);
+    if (flags & KEEL_WARM)
         keel__warm_start(idx);
-    if (idx->flags & KEEL_HUGE_PAGES)
+    if (flags & KEEL_HUGE_PAGES)
         keel__huge_pages_advise(idx);
 }
 
@@ -140,6 +145,7 @@ keel_compact(keel_index *idx)
     keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
                            .metric = old->metric, .precision = old->precision,
                            .have_options = 1};
+    memcpy(p.identity, keel__store_identity(old), KEEL_IDENTITY_BYTES);
     if ((rc = keel__store_open_writer(tmp, &p, &nw)))
         goto fail;
     ngr = keel__calloc(1, sizeof *ngr);
@@ -193,18 +199,67 @@ fail:
     return rc;
 }
 
-int
-keel__reader_follow(keel_index *idx)
+/* Whether the store nw holds the same index as the reader's own: the same
+** dimensions, metric, precision, M and identity. */
+static int
+same_index(const keel_store *own, const keel_store *nw)
 {
-    keel_store *st = idx->st;
+    return nw->g.dim == own->g.dim && nw->g.M == own->g.M &&
+           nw->metric == own->metric && nw->precision == own->precision &&
+           memcmp(keel__store_identity(nw), keel__store_identity(own),
+                  KEEL_IDENTITY_BYTES) == 0;
+}
+
+/* The error of a reader whose path names another index (swap_lock held). */
+static int
+foreign_error(const keel_index *idx)
+{
+    char own[33], other[33];
+    keel__identity_hex(keel__store_identity(idx->st), own);
+    keel__identity_hex(idx->foreign.identity, other);
+    return keel__fail(idx->foreign.dim != idx->dim ? KEEL_EDIM : KEEL_EOPTIONS,
+                      "the file now at %s is another index (%u dimensions, "
+                      "identity %s) than the one this reader opened (%u "
+                      "dimensions, identity %s), so the reader stays at the "
+                      "last snapshot of its own\nhelp: open a new reader to "
+                      "search the index now at the path",
+                      idx->path, idx->foreign.dim, other, idx->dim, own);
+}
+
+/* Remembers nw as another index at the path (swap_lock held exclusive). */
+static void
+note_foreign(keel_index *idx, const keel_store *nw)
+{
+    keel_file_info at;
+    if (keel__os->stat(nw->fd, &at) != 0)
+        return; /* opened again next time */
+    idx->foreign.dev = at.dev;
+    idx->foreign.ino = at.ino;
+    idx->foreign.dim = nw->g.dim;
+    memcpy(idx->foreign.identity, keel__store_identity(nw),
+           KEEL_IDENTITY_BYTES);
+}
+
+/* Invariant: idx->st is read only under swap_lock, and a store this
+** function swaps out is closed only after the exclusive lock is released,
+** so no thread that read it under the lock still uses it. */
+int
+keel__reader_follow(keel_index *idx, int report)
+{
     keel_view v;
+    keel_file_info a, b;
     pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_store *st = idx->st;
     int rc = keel__store_view(st, &v);
     int superseded = rc == KEEL_OK && keel__store_superseded(st);
-    keel_file_info a, b;
     int moved = superseded && keel__os->stat(st->fd, &a) == 0 &&
                 keel__os->stat_path(idx->path, &b) == 0 &&
                 (a.dev != b.dev || a.ino != b.ino);
+    if (moved && b.dev == idx->foreign.dev && b.ino == idx->foreign.ino) {
+        /* Known to be another index: do not open it again. */
+        rc = report ? foreign_error(idx) : KEEL_OK;
+        moved = 0;
+    }
     pthread_rwlock_unlock(&idx->swap_lock);
     if (rc || !moved)
         return rc;
@@ -220,6 +275,16 @@ keel__reader_follow(keel_index *idx)
         pthread_rwlock_unlock(&idx->swap_lock);
         keel__store_close(nw);
         return KEEL_OK;
+    }
+    if (!same_index(st, nw)) {
+        /* Another index was put at the path (after the compaction, or in
+         * place of the file that compaction made): serving it would answer
+         * with other vectors, of other lengths. */
+        note_foreign(idx, nw);
+        rc = report ? foreign_error(idx) : KEEL_OK;
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return rc;
     }
     swap_store(idx, nw);
     pthread_rwlock_unlock(&idx->swap_lock);

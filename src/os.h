@@ -78,7 +78,8 @@ typedef struct keel_os {
     int (*unmap)(void *addr, size_t len);
     int (*advise)(void *addr, size_t len, enum keel_advice advice);
     /* Exclusive, non-blocking advisory lock on the whole file (flock).
-     * -EWOULDBLOCK when another descriptor holds it. */
+     * -EWOULDBLOCK when another descriptor holds it. Held until close(fd);
+     * a child made by fork() does not keep it (on Linux). */
     int (*lock)(int fd);
     /* The canonical path of an existing file (symbolic links resolved), in
      * out (out_len bytes). */
@@ -89,6 +90,8 @@ typedef struct keel_os {
     int (*evict)(int fd);
     /* Resident pages of a mapping: vec gets one byte per page (mincore). */
     int (*resident)(void *addr, size_t len, unsigned char *vec);
+    /* n random bytes from the system (getrandom). */
+    int (*random)(void *buf, size_t n);
 } keel_os;
 
 /* The table in use. Tests may point it at their own table. */

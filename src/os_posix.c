@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <pthread.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,9 +46,116 @@ os_open(const char *path, int flags)
     return fd;
 }
 
+/* --- writer locks a forked child does not keep ------------------------
+**
+** flock belongs to the open file description, and a child made by fork()
+** shares every description of its parent, through its copies of the
+** descriptors and through its copies of the mappings (a mapping holds the
+** description it was made from). A child that lives on (a worker pool,
+** multiprocessing) would keep the parent's writer lock after the parent
+** closes the index. So the lock is taken on a description of its own,
+** opened again through /proc/self/fd, close-on-exec and never mapped; a fork
+** handler closes it in the child, and the lock lives only as long as the
+** parent holds it. Invariant: every such lock descriptor is listed here
+** with the descriptor it locks for, from the lock until that one's close.
+** Without /proc the lock is taken on the descriptor itself. */
+
+typedef struct locked_fd {
+    int fd;        /* the caller's descriptor */
+    int lock_fd;   /* the description that holds the lock */
+} locked_fd;
+
+static pthread_mutex_t locked_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t locked_once = PTHREAD_ONCE_INIT;
+static locked_fd *locked;
+static size_t nlocked, locked_cap;
+
+static void
+fork_prepare(void)
+{
+    pthread_mutex_lock(&locked_mutex);
+}
+
+static void
+fork_parent(void)
+{
+    pthread_mutex_unlock(&locked_mutex);
+}
+
+/* The child: one thread, async-signal-safe calls only. */
+static void
+fork_child(void)
+{
+    for (size_t i = 0; i < nlocked; i++)
+        close(locked[i].lock_fd);
+    nlocked = 0;
+    pthread_mutex_unlock(&locked_mutex);
+}
+
+static void
+locked_init(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static int
+locked_add(int fd, int lock_fd)
+{
+    pthread_mutex_lock(&locked_mutex);
+    int rc = 0;
+    if (nlocked == locked_cap) {
+        size_t cap = locked_cap ? 2 * locked_cap : 8;
+        locked_fd *l = realloc(locked, cap * sizeof *l);
+        if (l) {
+            locked = l;
+            locked_cap = cap;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (!rc)
+        locked[nlocked++] = (locked_fd){fd, lock_fd};
+    pthread_mutex_unlock(&locked_mutex);
+    return rc;
+}
+
+/* Closes the lock descriptor listed for fd, if any. */
+static void
+locked_remove(int fd)
+{
+    pthread_mutex_lock(&locked_mutex);
+    for (size_t i = 0; i < nlocked; i++)
+        if (locked[i].fd == fd) {
+            close(locked[i].lock_fd);
+            locked[i] = locked[--nlocked];
+            break;
+        }
+    pthread_mutex_unlock(&locked_mutex);
+}
+
+/* A new description of the file fd is open on, or fd itself without /proc. */
+static int
+reopen_for_lock(int fd)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    int l;
+    do {
+        l = open(proc, O_RDONLY | O_CLOEXEC);
+    } while (l < 0 && errno == EINTR);
+    struct stat a, b;
+    if (l >= 0 && (fstat(fd, &a) != 0 || fstat(l, &b) != 0 ||
+                   a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+        close(l);
+        l = -1;
+    }
+    return l >= 0 ? l : fd;
+}
+
 static int
 os_close(int fd)
 {
+    locked_remove(fd);
     return close(fd) == 0 ? 0 : -errno;
 }
 
@@ -249,11 +358,33 @@ os_advise(void *addr, size_t len, enum keel_advice advice)
 static int
 os_lock(int fd)
 {
-    int r;
+    pthread_once(&locked_once, locked_init);
+    int l = reopen_for_lock(fd), r;
     do {
-        r = flock(fd, LOCK_EX | LOCK_NB);
+        r = flock(l, LOCK_EX | LOCK_NB);
     } while (r < 0 && errno == EINTR);
-    return r == 0 ? 0 : -errno;
+    int err = r == 0 ? 0 : -errno;
+    if (!err && l != fd)
+        err = locked_add(fd, l);
+    if (err && l != fd)
+        close(l);
+    return err;
+}
+
+static int
+os_random(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? -errno : -EIO;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
 }
 
 static int
@@ -316,6 +447,7 @@ const keel_os keel__os_posix = {
     .rename = os_rename,
     .evict = os_evict,
     .resident = os_resident,
+    .random = os_random,
 };
 
 const keel_os *keel__os = &keel__os_posix;

@@ -927,7 +927,12 @@ init_file(keel_store *st, const keel_store_params *p)
 {
     keel_header *h = &st->work;
     keel__header_new(h, p->dim, p->M ? p->M : 16, p->metric, p->precision);
-    int err = keel__os->truncate(st->fd, KEEL_DATA_OFF);
+    memcpy(h->identity, p->identity, KEEL_IDENTITY_BYTES);
+    int err = 0;
+    if (!keel__identity_present(h->identity) &&
+        (err = keel__os->random(h->identity, KEEL_IDENTITY_BYTES)))
+        return io_fail(err, "making an identity for", st->path);
+    err = keel__os->truncate(st->fd, KEEL_DATA_OFF);
     if (!err)
         err = keel__os->allocate(st->fd, 0, KEEL_DATA_OFF);
     if (err)
@@ -1301,7 +1306,8 @@ refresh_snapshot(keel_store *st)
         goto out; /* never go back to an older commit */
     decode_shared(st, best, fi.size, buf, h);
     if (h->dim != st->g.dim || h->M != st->g.M || h->metric != st->metric ||
-        h->precision != st->precision) {
+        h->precision != st->precision ||
+        memcmp(h->identity, st->identity, KEEL_IDENTITY_BYTES) != 0) {
         rc = KEEL_CORRUPT("%s changed its geometry under a reader", st->path);
         goto out;
     }
@@ -1310,6 +1316,7 @@ refresh_snapshot(keel_store *st)
     memcpy(st->snap_words, w, sizeof w);
     st->snap_both_valid = valid == 2;
     st->snap = *h;
+    KEEL_STORE_RELEASE(&st->snap_flags, (unsigned)h->flags);
 out:
     keel__free(buf);
     keel__free(h);
@@ -1401,6 +1408,7 @@ keel__store_open_reader(const char *path, keel_store **out)
     keel__geometry_init(&st->g, &st->snap);
     st->metric = st->snap.metric;
     st->precision = st->snap.precision;
+    memcpy(st->identity, st->snap.identity, KEEL_IDENTITY_BYTES);
     st->snap.sequence = 0; /* take the snapshot through the mapping */
     if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
         goto fail;
@@ -1410,6 +1418,8 @@ fail:
     keel__store_close(st);
     return rc;
 }
+
+static int reader_view_locked(keel_store *st, keel_view *v);
 
 int
 keel__store_view(keel_store *st, keel_view *v)
@@ -1430,6 +1440,17 @@ keel__store_view(keel_store *st, keel_view *v)
         return KEEL_OK;
     }
     pthread_mutex_lock(&st->snap_lock);
+    int rc = reader_view_locked(st, v);
+    pthread_mutex_unlock(&st->snap_lock);
+    return rc;
+}
+
+/* A reader's view, with snap_lock held. */
+static int
+reader_view_locked(keel_store *st, keel_view *v)
+{
+    memset(v, 0, sizeof *v);
+    v->st = st;
     int rc = refresh_snapshot(st);
     if (rc == KEEL_OK) {
         refresh_live(st);
@@ -1452,13 +1473,37 @@ keel__store_view(keel_store *st, keel_view *v)
                 break;
             }
     }
+    return rc;
+}
+
+int
+keel__store_snapshot(keel_store *st, keel_view *v, keel_header *out)
+{
+    if (st->writer) {
+        int rc = keel__store_view(st, v);
+        *out = st->committed;
+        return rc;
+    }
+    pthread_mutex_lock(&st->snap_lock);
+    int rc = reader_view_locked(st, v);
+    if (rc == KEEL_OK)
+        *out = st->snap;
     pthread_mutex_unlock(&st->snap_lock);
     return rc;
+}
+
+const uint8_t *
+keel__store_identity(const keel_store *st)
+{
+    /* A reader's snapshots all carry the identity it opened with (a header
+     * that says otherwise is refused as a change of geometry). */
+    return st->writer ? st->committed.identity : st->identity;
 }
 
 int
 keel__store_superseded(const keel_store *st)
 {
-    return (st->writer ? st->committed.flags : st->snap.flags) &
+    return (st->writer ? st->committed.flags
+                       : KEEL_LOAD_ACQUIRE(&st->snap_flags)) &
            KEEL_FLAG_SUPERSEDED;
 }

@@ -46,6 +46,7 @@ typedef struct keel_store {
     char *path;
     keel_geometry g;
     int metric, precision;
+    uint8_t identity[KEEL_IDENTITY_BYTES]; /* reader: of the file it opened */
     uint8_t *pages;           /* headers + live page, read-only, 192 KiB */
     uint8_t *live;            /* writer: the live page, writable */
 
@@ -110,6 +111,8 @@ typedef struct keel_store {
     /* Reader state, guarded by snap_lock. */
     pthread_mutex_t snap_lock;
     keel_header snap;         /* the snapshot in use (snap.sequence 0: none) */
+    unsigned snap_flags;      /* snap.flags, for readers of it without the
+                               * lock (atomic) */
     uint64_t snap_words[4];   /* both copies' sequence and checksum words */
     int snap_both_valid;      /* both copies verified at the last look */
     uint64_t live_gen;        /* live page generation last looked at */
@@ -139,6 +142,9 @@ typedef struct keel_store_params {
     uint32_t dim, M;
     int metric, precision;
     int have_options;         /* 1: metric/precision/M were given */
+    /* A new file's identity (compaction: the old file's); all zero: a new
+     * random one. */
+    uint8_t identity[KEEL_IDENTITY_BYTES];
 } keel_store_params;
 
 int keel__store_open_writer(const char *path, const keel_store_params *p,
@@ -225,6 +231,13 @@ keel__store_present(const keel_view *v, uint64_t slot)
 int keel__store_view(keel_store *st, keel_view *out);
 /* Reader: whether the last snapshot said the file was superseded. */
 int keel__store_superseded(const keel_store *st);
+/* Takes a view like keel__store_view and copies the header it stands on
+** into *out, a copy no other thread changes: a reader's fresh snapshot, a
+** writer's last commit (the caller holds the write mutex). */
+int keel__store_snapshot(keel_store *st, keel_view *v, keel_header *out);
+/* The file's identity (writer: its committed header's; reader: the one it
+** opened, which its snapshots keep). */
+const uint8_t *keel__store_identity(const keel_store *st);
 
 /* Writer: slots. Reserves n slots after the last written one (creating
 ** segments and allocating disk space); returns the first. The caller
@@ -290,7 +303,7 @@ int keel__store_commit(keel_store *st);
 int keel__store_set_superseded(keel_store *st, int on);
 
 /* Facts for keel_stat and keel_check. */
-void keel__store_stats(keel_store *st, keel_stats *out);
+int keel__store_stats(keel_store *st, keel_stats *out);
 int keel__store_check(keel_store *st);
 
 /* Byte ranges the index has written, for warm-up, in the order a search

@@ -130,7 +130,7 @@ keel__warm_start(keel_index *idx)
         return KEEL_ENOMEM;
     w->owner = getpid();
     w->st = idx->st;
-    w->huge = (idx->flags & KEEL_HUGE_PAGES) != 0;
+    w->huge = (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES) != 0;
     keel_view v;
     int rc = keel__store_view(idx->st, &v);
     if (rc) {
@@ -171,10 +171,15 @@ keel_warm(keel_index *idx)
                           "help: pass the handle keel_open or "
                           "keel_open_reader returned");
     /* Exclusive: the handle's warm thread changes only under it (follow
-     * and compaction swap the store under it too). */
+     * and compaction swap the store under it too). A writer's written
+     * ranges change under write_lock, taken first (api.c's lock order). */
+    if (idx->writer)
+        pthread_mutex_lock(&idx->write_lock);
     pthread_rwlock_wrlock(&idx->swap_lock);
     int rc = keel__warm_start(idx);
     pthread_rwlock_unlock(&idx->swap_lock);
+    if (idx->writer)
+        pthread_mutex_unlock(&idx->write_lock);
     return rc;
 }
 
@@ -228,6 +233,6 @@ keel__huge_pages_advise(keel_index *idx)
 void
 keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n)
 {
-    if (idx->flags & KEEL_HUGE_PAGES)
+    if (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES)
         advise_slots(idx->st, first, first + n);
 }

@@ -1,7 +1,9 @@
 /* test_concurrent.c -- threads sharing handles: searches while the same
 ** handle adds, reader threads searching without pause through adds, deletes
-** and compactions. Every result must be a vector that exists at its true
-** distance. Run under TSan by `make tsan`.
+** and compactions, threads sharing one reader handle while it follows
+** compactions, checks beside searches, stat and warm beside writes. Every
+** result must be a vector that exists at its true distance. Run under TSan
+** by `make tsan`.
 */
 #include "test.h"
 #include "lib/testdata.h"
@@ -165,6 +167,173 @@ TEST(reader_threads_through_adds_deletes_and_compactions)
     CHECK_U64(sh.short_results, 0);
     CHECK_OK(keel_close(w));
     free(never);
+}
+
+/* Threads searching and checking one reader handle. */
+typedef struct one_reader {
+    keel_index *r;
+    int stop;                 /* atomic */
+    uint64_t calls, failed;   /* atomic */
+    int check;                /* this thread checks instead of searching */
+} one_reader;
+
+static void *
+one_reader_main(void *arg)
+{
+    one_reader *o = arg;
+    uint64_t seed = (uint64_t)(uintptr_t)&seed;
+    float q[DIM];
+    while (!__atomic_load_n(&o->stop, __ATOMIC_ACQUIRE)) {
+        int rc;
+        if (o->check) {
+            rc = keel_check(o->r);
+            if (rc)
+                fprintf(stderr, "    check: %s\n", keel_errmsg());
+        } else {
+            for (int c = 0; c < DIM; c++)
+                q[c] = test_randf(&seed);
+            keel_result res[10];
+            size_t n;
+            rc = keel_search(o->r, q, 10, NULL, res, &n);
+        }
+        if (rc)
+            __atomic_add_fetch(&o->failed, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&o->calls, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+TEST(threads_of_one_reader_while_the_same_process_compacts)
+{
+    const char *path = test_path("onereader.keel");
+    keel_index *w, *r;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    CHECK_OK(add_range(w, 0, 100, 1));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    enum { T = 4 };
+    one_reader o[T];
+    pthread_t t[T];
+    for (int i = 0; i < T; i++) {
+        o[i] = (one_reader){.r = r, .check = i == T - 1};
+        CHECK(pthread_create(&t[i], NULL, one_reader_main, &o[i]) == 0);
+    }
+    int rounds = getenv("KEEL_TSAN") ? 40 : 150;
+    uint64_t next = 100;
+    for (int round = 0; round < rounds; round++) {
+        CHECK_OK(add_range(w, next, 5, round % 2));
+        CHECK_OK(keel_delete(w, next - 50));
+        next += 5;
+        CHECK_OK(keel_compact(w));
+    }
+    uint64_t calls = 0, failed = 0;
+    for (int i = 0; i < T; i++) {
+        __atomic_store_n(&o[i].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(t[i], NULL);
+        calls += o[i].calls;
+        failed += o[i].failed;
+    }
+    printf("    %llu searches and checks of one reader through %d "
+           "compactions, %llu failed\n", (unsigned long long)calls, rounds,
+           (unsigned long long)failed);
+    CHECK_U64(failed, 0);
+    CHECK(o[T - 1].calls > 0);
+    CHECK_U64(keel_count(r), keel_count(w));
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+TEST(checks_of_a_reader_beside_its_searches_and_delete_flushes)
+{
+    const char *path = test_path("checkreader.keel");
+    keel_index *w, *r;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    CHECK_OK(add_range(w, 0, 2000, 1));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    enum { T = 3 };
+    one_reader o[T];
+    pthread_t t[T];
+    for (int i = 0; i < T; i++) {
+        o[i] = (one_reader){.r = r, .check = i == 0};
+        CHECK(pthread_create(&t[i], NULL, one_reader_main, &o[i]) == 0);
+    }
+    /* Delete flushes and adds while the reader's threads replace its
+     * snapshot and the check reads one. */
+    uint64_t next = 2000;
+    for (uint64_t id = 0; id < 600; id += 2) {
+        CHECK_OK(keel_delete(w, id));
+        if (id % 20 == 0) {
+            CHECK_OK(add_range(w, next, 10, 0));
+            next += 10;
+        }
+        CHECK_OK(keel_flush(w));
+        if (id > 100 && __atomic_load_n(&o[0].calls, __ATOMIC_RELAXED) >= 300)
+            break;
+    }
+    for (int i = 0; i < T; i++) {
+        __atomic_store_n(&o[i].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(t[i], NULL);
+    }
+    printf("    %llu checks beside %llu searches, %llu failed\n",
+           (unsigned long long)o[0].calls,
+           (unsigned long long)(o[1].calls + o[2].calls),
+           (unsigned long long)(o[0].failed + o[1].failed + o[2].failed));
+    CHECK_U64(o[0].failed + o[1].failed + o[2].failed, 0);
+    CHECK(o[0].calls > 0);
+    CHECK_OK(keel_check(r));
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+/* stat and warm on a writer from another thread. */
+typedef struct watcher {
+    keel_index *w;
+    int stop;                 /* atomic */
+    uint64_t stats, warms, bad; /* atomic */
+} watcher;
+
+static void *
+watcher_main(void *arg)
+{
+    watcher *wa = arg;
+    uint64_t last = 0;
+    while (!__atomic_load_n(&wa->stop, __ATOMIC_ACQUIRE)) {
+        keel_stats st;
+        if (keel_stat(wa->w, &st) != KEEL_OK || st.snapshot < last)
+            __atomic_add_fetch(&wa->bad, 1, __ATOMIC_RELAXED);
+        last = st.snapshot;
+        __atomic_add_fetch(&wa->stats, 1, __ATOMIC_RELAXED);
+        if (wa->stats % 8 == 0) {
+            if (keel_warm(wa->w) != KEEL_OK)
+                __atomic_add_fetch(&wa->bad, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&wa->warms, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+TEST(stat_and_warm_of_a_writer_beside_its_adds_and_flushes)
+{
+    keel_index *w;
+    CHECK_OK(keel_open(test_path("statwarm.keel"), DIM, NULL, &w));
+    watcher wa = {.w = w};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, watcher_main, &wa) == 0);
+    for (uint64_t from = 0; from < 3000; from += 100) {
+        CHECK_OK(add_range(w, from, 100, (from / 100) % 2));
+        CHECK_OK(keel_delete(w, from));
+        CHECK_OK(keel_flush(w));
+    }
+    __atomic_store_n(&wa.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    printf("    %llu stats and %llu warms beside 30 flushes, %llu bad\n",
+           (unsigned long long)wa.stats, (unsigned long long)wa.warms,
+           (unsigned long long)wa.bad);
+    CHECK_U64(wa.bad, 0);
+    CHECK(wa.stats > 0);
+    CHECK_U64(keel_count(w), 2970);
+    CHECK_OK(keel_close(w));
 }
 
 TEST_MAIN()

@@ -4,7 +4,11 @@
 #include "test.h"
 #include "lib/testdata.h"
 
+#include "api.h"    /* white-box: the handle's locks, for fork tests */
 #include "format.h" /* white-box: where the written bytes are */
+#include "os.h"     /* white-box: a system table that pins a snapshot */
+
+#include <pthread.h>
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -571,6 +575,350 @@ TEST(huge_pages_change_no_result)
     }
     CHECK_OK(keel_close(b));
     CHECK_OK(keel_close(a));
+}
+
+/* An index of n vectors of dim dimensions at name, flushed and left open. */
+static keel_index *
+fill_dim(const char *name, uint32_t dim, uint64_t n)
+{
+    keel_index *idx = NULL;
+    if (keel_open(test_path(name), dim, NULL, &idx) != KEEL_OK)
+        return NULL;
+    float *v = malloc(n * dim * sizeof *v);
+    for (uint64_t i = 0; i < n; i++)
+        td_vec_of(i, dim, v + i * dim);
+    int rc = keel_add_batch(idx, v, n, NULL, NULL);
+    free(v);
+    if (rc || keel_flush(idx)) {
+        keel_close(idx);
+        return NULL;
+    }
+    return idx;
+}
+
+/* The reader r of a 100-d index whose vectors are td_vec_of(id) keeps
+** answering from it: a query and a buffer of exactly 100 floats (ASan sees
+** any byte past them), every result and vector its own. */
+static int
+serves_its_own_100d(keel_index *r, uint64_t n)
+{
+    float *q = malloc(100 * sizeof *q), *got = malloc(100 * sizeof *got);
+    td_vec_of(7, 100, q);
+    keel_result res[5];
+    size_t k = 0;
+    int ok = keel_search(r, q, 5, NULL, res, &k) == KEEL_OK && k == 5 &&
+             res[0].id == 7 && res[0].distance == 0.0f &&
+             keel_get(r, 7, got) == KEEL_OK &&
+             memcmp(got, q, 100 * sizeof *q) == 0 && keel_count(r) == n &&
+             keel_dim(r) == 100;
+    for (size_t i = 0; ok && i < k; i++)
+        ok = res[i].id < n;
+    free(q);
+    free(got);
+    return ok;
+}
+
+TEST(reader_does_not_follow_into_another_index)
+{
+    /* A 100-d index compacts; then a 512-d index is renamed over its path
+     * (a deploy). The reader must not move to it. */
+    keel_index *w = fill_dim("own.keel", 100, 300), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(test_path("own.keel"), NULL, &r));
+    CHECK(serves_its_own_100d(r, 300));
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_close(w));
+    keel_index *other = fill_dim("other.keel", 512, 50);
+    CHECK(other);
+    CHECK_OK(keel_close(other));
+    CHECK(rename(test_path("other.keel"), test_path("own.keel")) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(serves_its_own_100d(r, 300));
+    keel_stats st;
+    CHECK_OK(keel_stat(r, &st));
+    CHECK_U64(st.dim, 100);
+    CHECK_U64(st.count, 300);
+    CHECK_ERR(keel_refresh(r), KEEL_EDIM);
+    CHECK_MSG_HAS("512 dimensions");
+    CHECK_MSG_HAS("(100 dimensions");
+    CHECK_ERR(keel_check(r), KEEL_EDIM);
+    CHECK(serves_its_own_100d(r, 300));
+    CHECK_OK(keel_close(r));
+
+    /* The same dimensions, metric and M, but another index: its identity
+     * tells them apart. */
+    w = fill_dim("own2.keel", 100, 300);
+    CHECK(w);
+    CHECK_OK(keel_open_reader(test_path("own2.keel"), NULL, &r));
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_close(w));
+    keel_index *twin;
+    CHECK_OK(keel_open(test_path("twin.keel"), 100, NULL, &twin));
+    float *v = calloc(100, sizeof *v);
+    for (int i = 0; i < 40; i++) {
+        v[0] = (float)(i + 1000);
+        CHECK_OK(keel_add(twin, v, NULL));
+    }
+    free(v);
+    CHECK_OK(keel_flush(twin));
+    CHECK_OK(keel_close(twin));
+    CHECK(rename(test_path("twin.keel"), test_path("own2.keel")) == 0);
+    CHECK(serves_its_own_100d(r, 300));
+    CHECK_ERR(keel_refresh(r), KEEL_EOPTIONS);
+    CHECK_MSG_HAS("identity");
+    CHECK_OK(keel_close(r));
+    /* A reader opened now opens the new index. */
+    CHECK_OK(keel_open_reader(test_path("own2.keel"), NULL, &r));
+    CHECK_U64(keel_count(r), 40);
+    CHECK_OK(keel_close(r));
+}
+
+TEST(reader_count_stat_and_check_follow_a_compaction)
+{
+    keel_index *w = fill("cfollow.keel", 10, NULL), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(test_path("cfollow.keel"), NULL, &r));
+    CHECK_U64(keel_count(r), 10);
+    CHECK_OK(keel_compact(w));
+    float v[DIM];
+    for (uint64_t i = 0; i < 5; i++) {
+        td_vec_of(100 + i, DIM, v);
+        CHECK_OK(keel_add(w, v, NULL));
+    }
+    CHECK_OK(keel_flush(w));
+    CHECK_U64(keel_count(w), 15);
+    CHECK_U64(keel_count(r), 15); /* without a search first */
+    keel_stats st;
+    CHECK_OK(keel_stat(r, &st));
+    CHECK_U64(st.count, 15);
+    CHECK_OK(keel_compact(w));
+    for (uint64_t i = 0; i < 5; i++) {
+        td_vec_of(200 + i, DIM, v);
+        CHECK_OK(keel_add(w, v, NULL));
+    }
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_stat(r, &st));
+    CHECK_U64(st.count, 20);
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_delete(w, 0));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_check(r));
+    CHECK_OK(keel_stat(r, &st));
+    CHECK_U64(st.count, 19);
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+/* A system table whose stat says every file is only its fixed pages long:
+** a reader's header copies then describe regions past the end, so it
+** keeps the snapshot it has (as it does while a header is being written). */
+static keel_os pinned_os;
+
+static int
+pinned_stat(int fd, keel_file_info *out)
+{
+    int rc = keel__os_posix.stat(fd, out);
+    out->size = KEEL_DATA_OFF;
+    return rc;
+}
+
+TEST(check_of_a_reader_two_delete_flushes_behind)
+{
+    keel_index *w = fill("behind.keel", 100, NULL), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(test_path("behind.keel"), NULL, &r));
+    CHECK_OK(keel_check(r));
+    CHECK_OK(keel_delete(w, 3));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_delete(w, 4));
+    CHECK_OK(keel_flush(w));
+    pinned_os = keel__os_posix;
+    pinned_os.stat = pinned_stat;
+    keel__os = &pinned_os;
+    /* The snapshot says epoch 0; slots 3 and 4 carry marks 1 and 2. */
+    int rc = keel_check(r);
+    uint64_t n = keel_count(r);
+    keel__os = &keel__os_posix;
+    CHECK_OK(rc);
+    CHECK_U64(n, 100);
+    CHECK_OK(keel_check(r));
+    CHECK_U64(keel_count(r), 98);
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+/* --- fork ---------------------------------------------------------------- */
+
+/* Waits for child pid at most seconds; kills it if it is still running.
+** Returns its exit status, or -1 if it had to be killed. */
+static int
+wait_child(pid_t pid, double seconds)
+{
+    double t0 = test_now();
+    int status;
+    while (test_now() - t0 < seconds) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+        usleep(2000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* Forks; the child closes idx and exits 0. The child's exit status, -1 if
+** it hung. */
+static int
+fork_and_close(keel_index *idx)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -2;
+    if (pid == 0) {
+        keel_close(idx);
+        _exit(0);
+    }
+    return wait_child(pid, 10);
+}
+
+typedef struct lock_holder {
+    keel_index *idx;
+    int which;            /* 0 write_lock, 1 swap_lock shared, 2 swap_lock
+                           * exclusive, 3 pool_lock */
+    int held, release;    /* atomic */
+} lock_holder;
+
+static void *
+hold_lock(void *arg)
+{
+    lock_holder *h = arg;
+    keel_index *idx = h->idx;
+    switch (h->which) {
+    case 0: pthread_mutex_lock(&idx->write_lock); break;
+    case 1: pthread_rwlock_rdlock(&idx->swap_lock); break;
+    case 2: pthread_rwlock_wrlock(&idx->swap_lock); break;
+    default: pthread_mutex_lock(&idx->pool_lock); break;
+    }
+    __atomic_store_n(&h->held, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&h->release, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    switch (h->which) {
+    case 0: pthread_mutex_unlock(&idx->write_lock); break;
+    case 1: case 2: pthread_rwlock_unlock(&idx->swap_lock); break;
+    default: pthread_mutex_unlock(&idx->pool_lock); break;
+    }
+    return NULL;
+}
+
+typedef struct busy {
+    keel_index *idx;
+    int add;              /* add instead of searching */
+    int stop;             /* atomic */
+    uint64_t calls;       /* atomic */
+} busy;
+
+static void *
+busy_main(void *arg)
+{
+    busy *b = arg;
+    float v[DIM];
+    uint64_t i = 0;
+    while (!__atomic_load_n(&b->stop, __ATOMIC_ACQUIRE)) {
+        td_vec_of(i++ % 500, DIM, v);
+        keel_result r[10];
+        size_t n;
+        if (b->add)
+            keel_add(b->idx, v, NULL);
+        else
+            keel_search(b->idx, v, 10, NULL, r, &n);
+        __atomic_add_fetch(&b->calls, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+TEST(close_in_a_forked_child_never_waits_for_the_parents_threads)
+{
+    keel_index *w = fill("fork.keel", 2000, NULL), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(test_path("fork.keel"), NULL, &r));
+    keel_index *handles[2] = {w, r};
+    /* Each of the handle's locks held by another thread at the fork. */
+    for (int h = 0; h < 2; h++)
+        for (int which = 0; which < 4; which++) {
+            lock_holder lh = {.idx = handles[h], .which = which};
+            pthread_t t;
+            CHECK(pthread_create(&t, NULL, hold_lock, &lh) == 0);
+            while (!__atomic_load_n(&lh.held, __ATOMIC_ACQUIRE))
+                usleep(1000);
+            int st = fork_and_close(handles[h]);
+            __atomic_store_n(&lh.release, 1, __ATOMIC_RELEASE);
+            pthread_join(t, NULL);
+            CHECK_MSG(st == 0, "%s, lock %d held at the fork: the child's "
+                      "keel_close %s", h ? "reader" : "writer", which,
+                      st < 0 ? "hung" : "failed");
+        }
+    /* Forks while threads search both handles and one adds. */
+    busy b[3] = {{.idx = w}, {.idx = r}, {.idx = w, .add = 1}};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        CHECK(pthread_create(&t[i], NULL, busy_main, &b[i]) == 0);
+    int hung = 0;
+    for (int i = 0; i < 40; i++) {
+        usleep(2000);
+        hung += fork_and_close(i % 2 ? r : w) != 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        __atomic_store_n(&b[i].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(t[i], NULL);
+    }
+    CHECK_EQ(hung, 0);
+    CHECK(b[0].calls > 0 && b[1].calls > 0 && b[2].calls > 0);
+    CHECK_OK(keel_check(w));
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+TEST(a_forked_child_does_not_keep_the_writer_lock)
+{
+    keel_index *w = fill("lock.keel", 100, NULL);
+    CHECK(w);
+    int pipefd[2], ready[2];
+    CHECK(pipe(pipefd) == 0 && pipe(ready) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* lives on, as a worker pool's process does */
+        close(pipefd[1]);
+        char c;
+        alarm(20);
+        /* Running: the fork handlers are done. */
+        if (write(ready[1], "r", 1) != 1 || read(pipefd[0], &c, 1) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(pipefd[0]);
+    close(ready[1]);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    close(ready[0]);
+    CHECK_OK(keel_close(w));
+    int reopened = keel_open(test_path("lock.keel"), 0, NULL, &w), second_rc = -1;
+    if (reopened == KEEL_OK) {
+        /* The lock still keeps a second writer out. */
+        keel_index *second;
+        second_rc = keel_open(test_path("lock.keel"), 0, NULL, &second);
+        if (second_rc == KEEL_OK)
+            keel_close(second);
+    }
+    CHECK(write(pipefd[1], "x", 1) == 1);
+    close(pipefd[1]);
+    CHECK_EQ(wait_child(pid, 10), 0);
+    CHECK_MSG(reopened == KEEL_OK, "reopening the writer while the child "
+              "lives got %d, not KEEL_OK", reopened);
+    CHECK_U64(keel_count(w), 100);
+    CHECK_OK(keel_close(w));
+    CHECK_MSG(second_rc == KEEL_ELOCKED, "a second writer got %d, not "
+              "KEEL_ELOCKED", second_rc);
 }
 
 TEST_MAIN()
