@@ -53,7 +53,7 @@ ext = Extension(
     sources=["keel/_keel.c"],
     include_dirs=[os.path.join(ROOT, "include"), numpy.get_include()],
     extra_objects=[LIB],
-    libraries=["xxhash", "m"],
+    libraries=["xxhash", "curl", "m"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra",
                         "-Wno-missing-field-initializers",
                         "-Wno-cast-function-type", "-pthread"],
