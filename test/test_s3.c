@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 static const char *
@@ -145,6 +146,58 @@ TEST(a_server_that_never_answers_times_out)
     CHECK_MSG_HAS("keel-test/slow/key");
     CHECK_MSG(t >= 0.9 && t < 5.0, "took %.2f s for a 1 s stall timeout", t);
     keel__s3_close(s3);
+}
+
+/* Accepts connections on a listener and drops each at once, unanswered
+** (a connection lost mid-request), counting them. */
+struct dropper {
+    int fd;
+    int dropped;
+};
+
+static void *
+drop_connections(void *arg)
+{
+    struct dropper *d = arg;
+    int c;
+    while ((c = accept(d->fd, NULL, NULL)) >= 0) {
+        char b[4096];
+        ssize_t got = read(c, b, sizeof b); /* take the request, answer none */
+        (void)got;
+        close(c);
+        __atomic_add_fetch(&d->dropped, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+TEST(dropped_connections_are_retried_a_bounded_number_of_times)
+{
+    int port;
+    struct dropper d = {.fd = listener(&port)};
+    CHECK(d.fd >= 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, drop_connections, &d) == 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
+    keel_s3_config c = {.endpoint = ep, .access_key = "k", .secret_key = "s",
+                        .max_attempts = 3, .stall_timeout_s = 2};
+    keel_s3 *s3 = NULL;
+    CHECK_OK(keel__s3_open(&c, &s3));
+    char b[16];
+    int rc = keel__s3_get_range(s3, "keel-test", "gone/key", 0, b, 16);
+    int single = __atomic_load_n(&d.dropped, __ATOMIC_RELAXED);
+    keel_s3_range r[2] = {{"gone/a", 0, 16, b}, {"gone/b", 0, 16, b}};
+    int rc2 = keel__s3_get_ranges(s3, "keel-test", r, 2, 2);
+    shutdown(d.fd, SHUT_RDWR);
+    close(d.fd);
+    pthread_join(t, NULL);
+    keel__s3_close(s3);
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_EQ(single, 3);
+    CHECK_ERR(rc2, KEEL_EIO);
+    CHECK_MSG_HAS("after 3 attempts");
+    CHECK_MSG_HAS("keel-test/gone/");
+    CHECK(d.dropped >= 4 && d.dropped <= 3 + 6);
 }
 
 /* --- against the gateway -------------------------------------------------- */
