@@ -94,7 +94,7 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 # single-node Ceph RADOS Gateway on 127.0.0.1 (about 15 s), runs them, and
 # stops it whatever happens. (`make test` runs the same binaries without a
 # server: only their tests that need none.)
-OBJSTORE_TESTS = $(BUILD)/test/test_s3
+OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish
 
 test-objstore: $(OBJSTORE_TESTS)
 	bash test/objstore/run.sh $(OBJSTORE_TESTS)
