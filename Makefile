@@ -5,7 +5,8 @@
 #   make test            unit, API, CLI and crash tests (plain build)
 #   make asan            the tests again under ASan+UBSan (build/asan)
 #   make tsan            the concurrent tests under TSan (build/tsan)
-#   make check           test + asan + tsan + python: what CI runs
+#   make test-objstore   the S3 client against a Ceph RADOS Gateway it starts
+#   make check           test + asan + tsan + python + objstore: what CI runs
 #   make demo            build and search GloVe-100 (340k) with the CLI
 #   make install PREFIX=/usr/local
 #   make deps            install the Debian packages the build and tests need
@@ -22,7 +23,7 @@ WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -pthread $(WARN) -Iinclude -Isrc \
           $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
           $(CFLAGS)
-LDLIBS_ALL = -lxxhash -lpthread -lm $(LDLIBS)
+LDLIBS_ALL = -lxxhash -lcurl -lpthread -lm $(LDLIBS)
 LDFLAGS_ALL = -pthread $(if $(SAN),-fsanitize=$(SAN)) $(LDFLAGS)
 
 ARCH := $(shell uname -m)
@@ -34,7 +35,9 @@ ifeq ($(ARCH),aarch64)
 ISA_SRC = src/dist_neon.c
 endif
 
-LIB_SRC  = $(filter-out src/dist_avx2.c src/dist_avx512.c src/dist_neon.c,$(wildcard src/*.c)) $(ISA_SRC)
+# src/ holds the core; src/objstore/ the object-store layer (network I/O).
+LIB_SRC  = $(filter-out src/dist_avx2.c src/dist_avx512.c src/dist_neon.c,$(wildcard src/*.c)) \
+           $(wildcard src/objstore/*.c) $(ISA_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -48,6 +51,7 @@ FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long stress-long \
+        test-objstore \
         bench bench-smoke fuzz
 
 VERSION = 0.1.0
@@ -69,7 +73,7 @@ $(DEPS_OK):
 $(BUILD)/src/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
 $(BUILD)/src/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/objstore/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -103,6 +107,15 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 	CC="$(CC)" BUILD=$(BUILD) sh test/test_build.sh
 	sh test/test_cli.sh $(BUILD)/keel
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
+
+# The object-store tests against a real server: test/objstore/run.sh starts a
+# single-node Ceph RADOS Gateway on 127.0.0.1 (about 15 s), runs them, and
+# stops it whatever happens. (`make test` runs the same binaries without a
+# server: only their tests that need none.)
+OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish
+
+test-objstore: $(OBJSTORE_TESTS)
+	bash test/objstore/run.sh $(OBJSTORE_TESTS)
 
 # Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
 fuzz:
@@ -145,13 +158,14 @@ test-python: python
 	$(PYTHON) -X dev -W error -m pytest -q python/tests
 
 # The README's second command: installs what the tests need, then runs
-# every suite (plain, ASan+UBSan, TSan, Python).
+# every suite (plain, ASan+UBSan, TSan, Python, object store).
 check:
 	sh tools/deps.sh
 	$(MAKE) test
 	$(MAKE) asan
 	$(MAKE) tsan
 	$(MAKE) test-python
+	$(MAKE) test-objstore
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \

@@ -123,11 +123,11 @@ kflags="-std=c11 -O2 -g -pthread -D_GNU_SOURCE -I$root/include"
 # shellcheck disable=SC2086 # $kflags and $CC are word lists
 if ! $CC $kflags -DKEEL_BENCH_INTERNALS -I"$root/src" \
     -o "$bin/keel_bench" "$root/bench/keel_bench.c" "$lib" \
-    -lxxhash -lpthread -lm 2>"$OUT/cc.log"; then
+    -lxxhash -lcurl -lpthread -lm 2>"$OUT/cc.log"; then
     say "keel_bench without distance counts (internals changed?" \
         "see $OUT/cc.log)"
     $CC $kflags -o "$bin/keel_bench" "$root/bench/keel_bench.c" "$lib" \
-        -lxxhash -lpthread -lm ||
+        -lxxhash -lcurl -lpthread -lm ||
         die "cannot build bench/keel_bench.c"
 fi
 # hnswlib chooses its SIMD at compile time: -march=native turns on the

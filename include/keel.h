@@ -261,6 +261,26 @@ int keel_stat(keel_index *idx, keel_stats *out);
 ** KEEL_OK or KEEL_ECORRUPT with the first problem in keel_errmsg(). */
 int keel_check(keel_index *idx);
 
+/* Publishing to S3-compatible object storage (doc/objstore.md). The endpoint
+** and keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+** AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION (default
+** us-east-1); buckets are addressed path-style. */
+typedef struct keel_publish_options {
+    uint32_t pack_bytes;   /* most bytes per uploaded object; 0 = 8 MiB */
+    uint64_t *uploaded;    /* if not NULL, receives the bytes this publish
+                              sent (changed pages and the manifest) */
+} keel_publish_options;
+
+/* Publishes the writer's last flush to url, "s3://BUCKET/PREFIX", as the
+** next version: the pages that changed since the version before go up as
+** new immutable objects, then a manifest naming every page is created only
+** if its version number is still free, which is the commit point. A
+** publisher that loses that race to another gets KEEL_ELOCKED and leaves
+** nothing a reader would adopt. opt may be NULL. Writers only (the handle's
+** adds and flushes wait while it runs). */
+int keel_publish(keel_index *idx, const char *url,
+                 const keel_publish_options *opt);
+
 /* This thread's last failure: what, then "help: ...". "" if none. */
 const char *keel_errmsg(void);
 

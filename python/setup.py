@@ -5,7 +5,7 @@ library, linked statically into it).
     python3 -m pip install --no-build-isolation ./python
     python3 -m build --sdist --no-isolation ./python
 
-Only a C compiler, Python's headers, numpy and libxxhash are needed: without
+Only a C compiler, Python's headers, numpy, libxxhash and libcurl are needed: without
 a prebuilt library, build_ext compiles keel's C sources itself (no make).
 They are found in ./csrc (an sdist carries them there) or in the
 repository around this folder (../src, ../include). pyproject.toml declares
@@ -60,12 +60,13 @@ def library_sources(root):
     """(source, extra flags) of the C library for this machine."""
     isa = ISA.get(platform.machine(), {})
     out = []
-    for name in sorted(os.listdir(os.path.join(root, "src"))):
-        if not name.endswith(".c"):
-            continue
-        if name in ALL_ISA and name not in isa:
-            continue
-        out.append((os.path.join(root, "src", name), isa.get(name, [])))
+    for folder, _, names in sorted(os.walk(os.path.join(root, "src"))):
+        for name in sorted(names):
+            if not name.endswith(".c"):
+                continue
+            if name in ALL_ISA and name not in isa:
+                continue
+            out.append((os.path.join(folder, name), isa.get(name, [])))
     return out
 
 
@@ -127,7 +128,7 @@ class Sdist(sdist):
 ext = Extension(
     "keel._keel",
     sources=["keel/_keel.c"],
-    libraries=["xxhash", "m"],
+    libraries=["xxhash", "curl", "m"],
     extra_compile_args=FLAGS + ["-Wno-cast-function-type"],
     # keel's internal symbols stay inside the module.
     extra_link_args=["-Wl,--exclude-libs,ALL", "-pthread"],

@@ -36,6 +36,7 @@ struct test_case {
 static struct test_case test_cases[TEST_MAX];
 static int test_count;
 static int test_failed_flag;
+static int test_skipped_flag;
 static char test_dir_path[512];
 
 #define TEST(name)                                                          \
@@ -191,6 +192,15 @@ test_randf(uint64_t *state) /* uniform in [-1, 1) */
             setenv("TMPDIR", "/dev/shm", 0);                                \
     }
 
+/* Ends the current test as skipped (not passed): it needs something this
+** run does not have, named in why. The summary counts skipped tests apart. */
+#define TEST_SKIP(why)                                                      \
+    do {                                                                    \
+        printf("     (skipped: %s)\n", (why));                              \
+        test_skipped_flag = 1;                                              \
+        return;                                                             \
+    } while (0)
+
 #define TEST_MAIN()                                                         \
     int main(int argc, char **argv)                                         \
     {                                                                       \
@@ -206,22 +216,29 @@ test_randf(uint64_t *state) /* uniform in [-1, 1) */
             perror(test_dir_path);                                          \
             return 2;                                                       \
         }                                                                   \
-        int failed = 0, ran = 0;                                            \
+        int failed = 0, ran = 0, skipped = 0;                               \
         for (int i = 0; i < test_count; i++) {                              \
             if (filter && !strstr(test_cases[i].name, filter))              \
                 continue;                                                   \
             test_failed_flag = 0;                                           \
+            test_skipped_flag = 0;                                          \
             double t0 = test_now();                                         \
             test_cases[i].fn();                                             \
             ran++;                                                          \
-            printf("%-4s %s.%s (%.2f s)\n", test_failed_flag ? "FAIL" : "ok", \
-                   prog, test_cases[i].name, test_now() - t0);              \
+            printf("%-4s %s.%s (%.2f s)\n", test_failed_flag ? "FAIL"      \
+                   : test_skipped_flag ? "skip" : "ok", prog,               \
+                   test_cases[i].name, test_now() - t0);                    \
             fflush(stdout);                                                 \
             failed += test_failed_flag;                                     \
+            skipped += !test_failed_flag && test_skipped_flag;              \
         }                                                                   \
         if (!getenv("KEEL_TEST_KEEP"))                                      \
             test_rm_rf(test_dir_path);                                      \
-        printf("%s: %d of %d tests passed\n", prog, ran - failed, ran);     \
+        if (skipped)                                                        \
+            printf("%s: %d of %d tests passed, %d skipped\n", prog,         \
+                   ran - failed - skipped, ran, skipped);                   \
+        else                                                                \
+            printf("%s: %d of %d tests passed\n", prog, ran - failed, ran); \
         return failed ? 1 : 0;                                              \
     }
 

@@ -26,20 +26,27 @@ command -v "$1" >/dev/null 2>&1 ||
 
 cat >"$tmp/t.c" <<'C'
 #include <xxhash.h>
-int main(void) { return (int)(XXH3_64bits("", 0) & 1); }
+#include <curl/curl.h>
+int main(void) { return (int)(XXH3_64bits("", 0) & 1) + (curl_version() == 0); }
 C
 # shellcheck disable=SC2086
 if ! $cc ${CFLAGS:-} -c "$tmp/t.c" -o "$tmp/t.o" 2>"$tmp/err"; then
     if grep -q 'xxhash.h' "$tmp/err"; then
         missing "xxhash.h is missing (Debian package libxxhash-dev)"
     fi
+    if grep -q 'curl/curl.h' "$tmp/err"; then
+        missing "curl/curl.h is missing (Debian package libcurl4-openssl-dev)"
+    fi
     sed 's/^/    /' "$tmp/err" >&2
     missing "'$cc' cannot compile a small program (output above)"
 fi
 # shellcheck disable=SC2086
-if ! $cc ${LDFLAGS:-} -o "$tmp/t" "$tmp/t.o" ${LDLIBS:--lxxhash} 2>"$tmp/err"; then
+if ! $cc ${LDFLAGS:-} -o "$tmp/t" "$tmp/t.o" ${LDLIBS:--lxxhash -lcurl} 2>"$tmp/err"; then
     if grep -q 'xxhash' "$tmp/err"; then
         missing "the xxhash library is missing (Debian package libxxhash-dev)"
+    fi
+    if grep -q 'lcurl' "$tmp/err"; then
+        missing "the curl library is missing (Debian package libcurl4-openssl-dev)"
     fi
     sed 's/^/    /' "$tmp/err" >&2
     missing "'$cc' cannot link a small program (output above)"

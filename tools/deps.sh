@@ -2,14 +2,15 @@
 # deps.sh -- installs the Debian packages keel's build, tests and benchmarks
 # need, if any is missing. Runs apt-get as root (directly, or through sudo).
 #
-#   sh tools/deps.sh            build and test packages
+#   sh tools/deps.sh            build and test packages (with a single-node
+#                               Ceph: the S3 gateway the object-store tests run)
 #   sh tools/deps.sh bench      also the benchmark peers and plotting
 set -eu
 
 pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev
       python3 python3-dev python3-numpy python3-pytest python3-setuptools
       python3-pip python3-wheel python3-build clang
-      libclang-rt-14-dev llvm xxd"
+      libclang-rt-14-dev llvm xxd curl radosgw ceph-mon ceph-osd"
 if [ "${1:-}" = bench ]; then
     pkgs="$pkgs python3-hnswlib python3-faiss libhnswlib-dev gnuplot-nox
           linux-perf dataset-fashion-mnist"
