@@ -11,6 +11,16 @@
 ** threads only once its own lists are all written (the linked[] bytes), and a
 ** node that raises the top of the graph holds the entry lock while it links.
 ** Searches on the handle see the batch when it is published whole.
+**
+** A call that fails (an undo entry that cannot be written, no memory, a
+** cancel) leaves every list of every node that existed before it as it was:
+** back-links and pruning change those lists in place, so before a call first
+** changes one, its old state is kept: a committed node that the call saves
+** to the undo log first has it there (from the log end at the call's start
+** on), any other (saved earlier in this commit cycle, or added by an earlier
+** call and not flushed) is copied into the call's journal (graph.h). On
+** failure both are written back, after the threads are joined and before the
+** caller gives the slots back. A batch into an empty index keeps nothing.
 */
 #include "build.h"
 
@@ -162,6 +172,21 @@ batch_work(batch *bt, keel_search_ctx *c, int reporter)
     }
 }
 
+/* Makes the journal bits for the slots below first (kept by the store
+** between calls: they are all clear then). */
+static int
+journal_bits_ready(keel_store *st, uint64_t first)
+{
+    uint64_t i;
+    uint32_t last = keel__slot_segment(&st->g, first - 1, &i);
+    for (uint32_t k = 0; k <= last; k++)
+        if (!st->journal_bits[k] &&
+            !(st->journal_bits[k] =
+                  keel__calloc((size_t)((st->seg[k].slots + 63) / 64), 8)))
+            return KEEL_ENOMEM;
+    return KEEL_OK;
+}
+
 typedef struct worker {
     batch *bt;
     keel_search_ctx *ctx;
@@ -195,17 +220,36 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
     uint64_t useful = n / 256;
     if (threads > useful)
         threads = (uint32_t)KEEL_MAX(useful, 1);
+    /* Nodes that existed before the call: one journal per thread. */
+    keel_journal *js = NULL;
+    uint64_t undo_mark = 0;
+    if (first > 0) {
+        js = keel__calloc(threads, sizeof *js);
+        if (!js || journal_bits_ready(st, first)) {
+            keel__free(js);
+            keel__free(bt.linked);
+            return KEEL_ENOMEM;
+        }
+        for (uint32_t t = 0; t < threads; t++)
+            js[t].before = first;
+        undo_mark = keel__undo_mark(st);
+        ctx->link.journal = &js[0];
+    }
     worker *ws = NULL;
     uint32_t started = 0;
     if (threads > 1) {
         ws = keel__calloc(threads - 1, sizeof *ws);
         if (!ws) {
+            ctx->link.journal = NULL;
+            keel__free(js);
             keel__free(bt.linked);
             return KEEL_ENOMEM;
         }
         for (uint32_t t = 0; t < threads - 1; t++) {
             ws[t].bt = &bt;
             ws[t].ctx = keel__search_ctx_new(gr);
+            if (ws[t].ctx)
+                ws[t].ctx->link.journal = js ? &js[t + 1] : NULL;
             if (!ws[t].ctx ||
                 pthread_create(&ws[t].tid, NULL, worker_main, &ws[t]) != 0) {
                 keel__search_ctx_free(ws[t].ctx);
@@ -221,12 +265,25 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
     }
     keel__free(ws);
     keel__free(bt.linked);
+    ctx->link.journal = NULL;
+    int undo_rc = KEEL_OK;
+    if (js) {
+        /* The lists of nodes that existed before the call, back as they
+         * were on failure: the journal's, then the log's. */
+        for (uint32_t t = 0; t < threads; t++)
+            keel__graph_journal_end(gr, &js[t], bt.rc != KEEL_OK);
+        keel__free(js);
+        if (bt.rc)
+            undo_rc = keel__undo_restore(st, undo_mark);
+    }
     if (bt.rc) {
         /* Nothing of the batch is published; the nodes that did link may
          * have raised the working entry point: back to the store's. */
         uint32_t e, l;
         keel__store_entry(st, &e, &l);
         KEEL_STORE_RELEASE(&b->entry_packed, (uint64_t)l << 32 | e);
+        if (undo_rc)
+            return undo_rc;
         if (bt.rc == KEEL_ECANCELED)
             return keel__fail(bt.rc, "cancelled after linking %llu of %llu "
                               "vectors\nhelp: the cancel callback "

@@ -153,6 +153,17 @@ static int check_commit(keel_store *st, keel_header *h);
 int
 keel__store_check(keel_store *st)
 {
+    /* A writer whose flush failed may hold marks or lists of that flush
+     * that no commit covers: its mapping is not the file a reopen sees, so
+     * there is nothing to check in it (the caller holds the write mutex). */
+    if (st->writer && st->poisoned)
+        return keel__fail(KEEL_EIO,
+                          "this writer of %s is poisoned: its last flush "
+                          "failed, so what reached the disk is unknown, and "
+                          "the handle is not checked\nhelp: close the index "
+                          "and open it again: it reopens at its last "
+                          "completed flush, and keel_check then checks the "
+                          "file", st->path);
     keel_header *h = keel__malloc(sizeof *h);
     if (!h)
         return keel__fail(KEEL_ENOMEM, "out of memory checking %s\nhelp: free "

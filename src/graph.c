@@ -162,6 +162,72 @@ rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep, uint32_t nk,
             KEEL_STORE_RELAXED(&list[j], KEEL_EMPTY);
 }
 
+static int
+journal_grow(keel_journal *jn, size_t more)
+{
+    size_t cap = jn->cap ? jn->cap : 4096;
+    while (cap < jn->n + more)
+        cap *= 2;
+    uint32_t *w = keel__realloc(jn->w, cap * sizeof *w);
+    if (!w)
+        return keel__fail(KEEL_ENOMEM, "out of memory keeping the lists an "
+                          "add changes (%zu bytes)\nhelp: free memory, or add "
+                          "smaller batches", cap * sizeof *w);
+    jn->w = w;
+    jn->cap = cap;
+    return KEEL_OK;
+}
+
+/* Appends slot's record (words 0: its lists are in the undo log). The
+** caller holds the slot's stripe lock and made room. */
+static void
+journal_put(const keel_graph *gr, keel_journal *jn, uint64_t slot,
+            uint32_t words)
+{
+    uint32_t *w = jn->w + jn->n;
+    w[0] = (uint32_t)slot;
+    w[1] = words;
+    w += 2;
+    for (uint32_t lv = 0, j = 0; j < words; lv++) {
+        uint32_t len;
+        const uint32_t *list = keel__store_list(gr->st, slot, lv, &len);
+        uint32_t n = lv ? gr->M : gr->M0;
+        for (uint32_t e = 0; e < n; e++, j++)
+            w[j] = list ? KEEL_LOAD_RELAXED(&list[e]) : KEEL_EMPTY;
+    }
+    jn->n += 2 + (size_t)words;
+}
+
+void
+keel__graph_journal_end(keel_graph *gr, keel_journal *jn, int restore)
+{
+    keel_store *st = gr->st;
+    for (size_t p = 0; p < jn->n;) {
+        uint32_t slot = jn->w[p], words = jn->w[p + 1];
+        const uint32_t *w = jn->w + p + 2;
+        if (restore && words) {
+            uint32_t *lock = &gr->stripes[slot % KEEL_STRIPES];
+            keel__spin_lock(lock);
+            for (uint32_t lv = 0, j = 0; j < words; lv++) {
+                uint32_t len;
+                uint32_t *list = keel__store_list(st, slot, lv, &len);
+                uint32_t n = lv ? gr->M : gr->M0;
+                for (uint32_t e = 0; e < n; e++, j++)
+                    if (list)
+                        KEEL_STORE_RELAXED(&list[e], w[j]);
+            }
+            keel__spin_unlock(lock);
+        }
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slot, &i);
+        __atomic_fetch_and(&st->journal_bits[k][i >> 6],
+                           ~((uint64_t)1 << (i & 63)), __ATOMIC_RELAXED);
+        p += 2 + (size_t)words;
+    }
+    keel__free(jn->w);
+    memset(jn, 0, sizeof *jn);
+}
+
 int
 keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
                      uint32_t level, uint64_t limit, keel_link_scratch *s)
@@ -174,11 +240,34 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
      * the stripe lock: the save may write). If they cannot, the link is not
      * made and the add fails: a link the log cannot undo would let a crash
      * cut committed nodes off, and an add that leaves it out is not whole. */
-    int rc = KEEL_OK;
-    if (to < gr->st->committed.count && (rc = keel__undo_save(gr->st, to)))
+    keel_store *st = gr->st;
+    int rc = KEEL_OK, wrote = 0;
+    if (to < st->committed.count && (rc = keel__undo_save(st, to, &wrote)))
         return rc;
+    /* The call's journal (keel_journal): room is made before the lock, the
+     * bit is taken and the lists copied under it, before they change. */
+    keel_journal *jn = s->journal;
+    uint64_t *jword = NULL, jbit = 0;
+    uint32_t words = 0;
+    if (jn && to < jn->before) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, to, &i);
+        jword = &st->journal_bits[k][i >> 6];
+        jbit = (uint64_t)1 << (i & 63);
+        if (__atomic_load_n(jword, __ATOMIC_RELAXED) & jbit) {
+            jword = NULL; /* journaled already by this call */
+        } else {
+            if (!wrote)
+                words = gr->M0 + (uint32_t)(KEEL_LOAD_ACQUIRE(
+                                     keel__store_rec(st, to)) & 0xFF) * gr->M;
+            if (jn->n + 2 + words > jn->cap && (rc = journal_grow(jn, 2 + words)))
+                return rc;
+        }
+    }
     uint32_t *lock = &gr->stripes[to % KEEL_STRIPES];
     keel__spin_lock(lock);
+    if (jword && !(__atomic_fetch_or(jword, jbit, __ATOMIC_RELAXED) & jbit))
+        journal_put(gr, jn, to, words);
     uint32_t free_pos = KEEL_EMPTY;
     for (uint32_t j = 0; j < len; j++) {
         uint32_t e = KEEL_LOAD_RELAXED(&list[j]);

@@ -118,12 +118,26 @@ uint32_t keel__graph_select(const keel_graph *gr, const uint64_t *cand,
 void keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
                           const uint32_t *nb, uint32_t n);
 
+/* What an add call needs to give back the lists it changed of nodes that
+** existed before it (build.c), one per linking thread: before the call's
+** first change to such a node's lists, under its stripe lock, the node's
+** bit in the store's journal_bits is set and a record appended here:
+** slot, words, then the node's lists as they were (words 0: a committed
+** node whose undo entry this call wrote, which holds them). */
+typedef struct keel_journal {
+    uint32_t *w;
+    size_t n, cap;            /* words used, allocated */
+    uint64_t before;          /* slots below this existed before the call */
+} keel_journal;
+
 /* Adds a link to `from` into the list of node `to` at level, pruning with
 ** the heuristic when the list is full. limit: slots at or past it are
 ** dropped when pruning (they belong to no one). scratch: see
-** keel_link_scratch. Returns KEEL_OK, or the undo log's failure to save a
-** committed `to` (KEEL_EIO, KEEL_EFULL, KEEL_ENOMEM, with a message), in
-** which case the list is unchanged. */
+** keel_link_scratch; with a journal, a `to` that existed before the call
+** is journaled before its first change. Returns KEEL_OK, or the undo log's
+** failure to save a committed `to` (KEEL_EIO, KEEL_EFULL, KEEL_ENOMEM, with
+** a message) or KEEL_ENOMEM for a journal that cannot grow, in which case
+** the list is unchanged. */
 typedef struct keel_link_scratch {
     uint64_t *cand;   /* M0 + 1 */
     uint32_t *keep;   /* M0 + 1 */
@@ -131,9 +145,13 @@ typedef struct keel_link_scratch {
     const void **vecs; /* M0 + 1 */
     float *dists;     /* M0 + 1 */
     float *vbuf, *cbuf; /* dim each */
+    keel_journal *journal; /* the call's, or NULL */
 } keel_link_scratch;
 int keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
                          uint32_t level, uint64_t limit, keel_link_scratch *s);
+/* Ends a call's journal: with restore, writes each record's lists back;
+** clears the records' bits and frees the journal. */
+void keel__graph_journal_end(keel_graph *gr, keel_journal *jn, int restore);
 
 /* Stripe and entry-point locks. */
 void keel__spin_lock(uint32_t *l);

@@ -35,17 +35,47 @@
 
 #define ALLOC_STEP (8u << 20) /* reserve disk space at most 8 MiB ahead */
 
+/* The message of a failed system call on the index: "<what> <path> failed",
+** what being a verb phrase whose object is the path ("opening", "syncing",
+** "reading the header of"), and a help line for the errno. */
 static int
 io_fail(int err, const char *what, const char *path)
 {
     if (err == -ENOSPC || err == -EDQUOT)
         return keel__fail(KEEL_EFULL,
-                          "%s for %s failed: no space left on the device\n"
+                          "%s %s failed: no space left on the device\n"
                           "help: free disk space, then retry; the index keeps "
                           "its last flush", what, path);
-    return keel__fail(KEEL_EIO, "%s for %s failed: %s\n"
-                      "help: check the disk and the file's permissions; the "
-                      "index keeps its last flush", what, path, strerror(-err));
+    const char *help;
+    switch (-err) {
+    case ELOOP:
+        help = "the path runs through a symbolic link that leads back to "
+               "itself (or through too many links): point the link at the "
+               "index file, or give the file's own path";
+        break;
+    case ENAMETOOLONG:
+        help = "the path, or one name in it, is longer than the system "
+               "allows: give a shorter path (move the index, or use a "
+               "relative path)";
+        break;
+    case EACCES:
+    case EPERM:
+        help = "check the permissions of the file and of every directory on "
+               "its path (a writer needs to write the file and its "
+               "directory)";
+        break;
+    case EROFS:
+        help = "the file system is read-only: open the index as a reader "
+               "(keel_open_reader, or --reader in the CLI) to search it, or "
+               "copy it to a writable file system to change it";
+        break;
+    default:
+        help = "check the disk and the file's permissions; the index keeps "
+               "its last flush";
+        break;
+    }
+    return keel__fail(KEEL_EIO, "%s %s failed: %s\nhelp: %s", what, path,
+                      strerror(-err), help);
 }
 
 static int
@@ -78,7 +108,7 @@ map_region(keel_store *st, uint64_t off, uint64_t bytes, uint8_t **out)
     void *p;
     int err = keel__os->map(st->fd, off, (size_t)bytes, st->writer, &p);
     if (err)
-        return io_fail(err, "mapping a region", st->path);
+        return io_fail(err, "mapping a region of", st->path);
     *out = p;
     return KEEL_OK;
 }
@@ -91,7 +121,7 @@ new_region(keel_store *st, uint64_t bytes, uint64_t *off)
     if (st->file_len < at + bytes) {
         int err = keel__os->truncate(st->fd, at + bytes);
         if (err)
-            return io_fail(err, "growing the file", st->path);
+            return io_fail(err, "growing", st->path);
         st->file_len = at + bytes;
     }
     *off = at;
@@ -103,7 +133,7 @@ static int
 reserve_space(keel_store *st, uint64_t off, uint64_t len)
 {
     int err = keel__os->allocate(st->fd, off, len);
-    return err ? io_fail(err, "reserving disk space", st->path) : KEEL_OK;
+    return err ? io_fail(err, "reserving disk space for", st->path) : KEEL_OK;
 }
 
 static void
@@ -543,7 +573,7 @@ write_header(keel_store *st, keel_header *h, int copy)
     ssize_t n = keel__os->pwrite(st->fd, buf, h->length,
                                  copy ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
     if (n < 0)
-        return poison(st, (int)n, "writing the header");
+        return poison(st, (int)n, "writing the header of");
     return KEEL_OK;
 }
 
@@ -551,7 +581,7 @@ static int
 sync_file(keel_store *st)
 {
     int err = keel__os->sync(st->fd);
-    return err ? poison(st, err, "syncing the file") : KEEL_OK;
+    return err ? poison(st, err, "syncing") : KEEL_OK;
 }
 
 int
@@ -579,7 +609,7 @@ keel__store_commit(keel_store *st)
     /* Undo invariant (2): the log is durable before the index is synced. */
     int err = keel__undo_sync(st);
     if (err)
-        return poison(st, err, "syncing the undo log");
+        return poison(st, err, "syncing the undo log of");
     /* Invariant (2) counts from the newest header on disk, not from the last
      * commit: a flush that failed after its intent header left that header
      * newest, and a retry must not write a second copy with its sequence. */
@@ -672,7 +702,7 @@ read_headers(int fd, const char *path, uint64_t file_len, keel_header *out,
     ssize_t n = keel__os->pread(fd, buf, 2 * (size_t)KEEL_PAGE_SLOT, 0);
     int rc;
     if (n < 0) {
-        rc = io_fail((int)n, "reading the header", path);
+        rc = io_fail((int)n, "reading the header of", path);
         goto out;
     }
     char why[2][160];
@@ -786,11 +816,13 @@ keel__store_close(keel_store *st)
     for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++) {
         keel__free(st->pend_bits[k]);
         keel__free(st->saved_bits[k]);
+        keel__free(st->journal_bits[k]);
     }
     /* An unflushed writer leaves its undo log for the next open. */
     if (st->undo_fd >= 0)
         keel__os->close(st->undo_fd);
     keel__free(st->undo_saved);
+    keel__free(st->undo_buf);
     keel__free(st->undo_path);
     keel__free(st->undo_for);
     keel__free(st->hdr_buf);
@@ -910,12 +942,12 @@ map_pages(keel_store *st)
     void *p;
     int err = keel__os->map(st->fd, 0, KEEL_DATA_OFF, 0, &p);
     if (err)
-        return io_fail(err, "mapping the header", st->path);
+        return io_fail(err, "mapping the header of", st->path);
     st->pages = p;
     if (st->writer) {
         err = keel__os->map(st->fd, KEEL_LIVE_OFF, KEEL_PAGE_SLOT, 1, &p);
         if (err)
-            return io_fail(err, "mapping the live page", st->path);
+            return io_fail(err, "mapping the live page of", st->path);
         st->live = p;
     }
     return KEEL_OK;
@@ -936,14 +968,14 @@ init_file(keel_store *st, const keel_store_params *p)
     if (!err)
         err = keel__os->allocate(st->fd, 0, KEEL_DATA_OFF);
     if (err)
-        return io_fail(err, "creating the index", st->path);
+        return io_fail(err, "creating", st->path);
     uint8_t *zero = keel__calloc(1, KEEL_PAGE_SLOT);
     if (!zero)
         return KEEL_ENOMEM;
     ssize_t n = keel__os->pwrite(st->fd, zero, KEEL_PAGE_SLOT, KEEL_LIVE_OFF);
     keel__free(zero);
     if (n < 0)
-        return io_fail((int)n, "creating the index", st->path);
+        return io_fail((int)n, "creating", st->path);
     h->sequence = 0;
     int rc = write_header(st, h, 1);
     h->sequence = 1;
@@ -965,7 +997,7 @@ init_file(keel_store *st, const keel_store_params *p)
         err = keel__os->sync_dir(dir);
         free(dir);
         if (err)
-            return poison(st, err, "syncing the directory");
+            return poison(st, err, "syncing the directory of");
     }
     st->newest_copy = 0;
     st->file_len = KEEL_DATA_OFF;
@@ -1079,11 +1111,6 @@ open_fail_errno(int err, const char *path)
         return keel__fail(KEEL_EINVAL,
                           "%s is a directory\nhelp: give the path of an index "
                           "file, such as %s/vectors.keel", path, path);
-    if (err == -EACCES || err == -EPERM || err == -EROFS)
-        return keel__fail(KEEL_EIO,
-                          "%s cannot be opened: %s\nhelp: check the "
-                          "permissions of the file and its directory",
-                          path, strerror(-err));
     return io_fail(err, "opening", path);
 }
 
@@ -1133,7 +1160,7 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
         err = keel__os->stat(fd, &a);
         if (err) {
             keel__os->close(fd);
-            return io_fail(err, "checking the file type", path);
+            return io_fail(err, "checking the file type of", path);
         }
         if (keel__os->stat_path(path, &b) == 0 &&
             (a.dev != b.dev || a.ino != b.ino) && attempt < 5) {

@@ -104,9 +104,15 @@ typedef struct keel_store {
     char *undo_path;          /* absolute path of the log, fixed at open */
     char *undo_for;           /* the store path undo_path was made for */
     double undo_synced_at;
+    uint8_t *undo_buf;        /* an entry's bytes (at least the largest) */
+    size_t undo_buf_cap;
     uint64_t *saved_bits[KEEL_MAX_SEGMENTS]; /* nodes saved (atomic bits) */
     uint32_t *undo_saved;     /* slots saved since the last commit */
     size_t undo_saved_n, undo_saved_cap;
+    /* build.c: nodes whose lists an add call has journaled (atomic bits,
+     * all clear between calls), for the segments below the call's first
+     * slot; allocated by the first call that needs them. */
+    uint64_t *journal_bits[KEEL_MAX_SEGMENTS];
 
     /* Reader state, guarded by snap_lock. */
     pthread_mutex_t snap_lock;
@@ -284,15 +290,21 @@ size_t keel__store_pending_deletes(const keel_store *st);
 
 /* Undo log (undo.c). save: call before the first change to the lists of
 ** a committed node since the last commit; KEEL_OK once its lists are in the
-** log, else KEEL_EIO, KEEL_EFULL or KEEL_ENOMEM with a message naming the
-** log (the lists must then stay as they are). sync: make the log durable.
+** log (*wrote 1 if this call wrote them, 0 if they were saved before),
+** else KEEL_EIO, KEEL_EFULL or KEEL_ENOMEM with a message naming the log
+** (the lists must then stay as they are). mark: where the next entry goes;
+** restore: write back the lists of every entry written since mark (a failed
+** add: committed nodes it saved first hold their committed lists again);
+** a failure to read them poisons the writer. sync: make the log durable.
 ** end: drop it after a commit. recover: writer open, after the intent
 ** recovery: restore the lists the log the live page names saved, and fix
 ** where this writer's log goes. */
-int keel__undo_save(keel_store *st, uint64_t slot);
+int keel__undo_save(keel_store *st, uint64_t slot, int *wrote);
 int keel__undo_sync(keel_store *st);
 void keel__undo_end(keel_store *st);
 int keel__undo_recover(keel_store *st);
+uint64_t keel__undo_mark(keel_store *st);
+int keel__undo_restore(keel_store *st, uint64_t mark);
 uint64_t keel__undo_identity(const keel_header *h);
 
 /* Writer: commit everything since the last commit. */

@@ -26,17 +26,32 @@
 **   (5) The log is found through the index, not its name: before the log's
 **       first entry, the log's absolute path and a tag (a random word, also
 **       in the log's header) go into the live page, and the index is synced.
-**       A writer open recovers from the log the live page names, whatever
-**       name the index was opened by (a hard link, a rename), and only if
-**       the log's tag matches; then it removes that log.
+**       A writer open looks for the log at the path the live page names,
+**       then beside the name it was opened by (the index and its log moved
+**       together: a renamed directory), and applies the first log whose
+**       tag and commit hash match.
 **   (6) A save that cannot write its entry fails, and the caller leaves the
 **       node's lists as they are (the add fails whole): no list of a
 **       committed node changes unless its entry is in the log.
+**   (7) A log belongs to one file: its header holds the st_dev and st_ino
+**       of the index file it was made for (a hard link or a rename keeps
+**       them; a copy does not). Applying it to any file whose bytes carry
+**       its tag and commit is correct (a copy of the same commit has the
+**       same committed lists, and every entry is a committed list, so the
+**       log of a writer still running applies too), but only the file it
+**       belongs to removes it: opening a copy of a crashed index never uses
+**       up the original's log, nor touches a running writer's. A log whose
+**       file is gone stays until a writer at its name replaces it.
+**   (8) A failed add restores the lists it changed (build.c): those of
+**       committed nodes it saved first from the log entries it wrote
+**       (keel__undo_mark, keel__undo_restore).
 **
-** File: "KEELUNDO" (8), version u32 = 1, reserved u32, commit hash u64,
-** tag u64 (0 in logs written before tags); then entries: slot u32, words
-** u32, words x u32 (level-0 list, then each upper list), xxh3-64 of the
-** entry's bytes seeded with the commit hash.
+** File: "KEELUNDO" (8), version u32 = 2, reserved u32, commit hash u64,
+** tag u64, owner st_dev u64, owner st_ino u64; then entries: slot u32,
+** words u32, words x u32 (level-0 list, then each upper list), xxh3-64 of
+** the entry's bytes seeded with the commit hash. Version 1 logs (32-byte
+** header, no owner; tag 0 before tags) are read too: the log beside the
+** name the index is opened by belongs to it.
 */
 #include "store.h"
 
@@ -50,7 +65,8 @@
 #include <xxhash.h>
 
 #define UNDO_MAGIC "KEELUNDO"
-#define UNDO_HDR   32u
+#define UNDO_HDR   48u  /* version 2 */
+#define UNDO_HDR_1 32u  /* version 1 */
 
 
 uint64_t
@@ -178,19 +194,35 @@ undo_begin(keel_store *st)
     const char *p = st->undo_path;
     if (strlen(p) >= KEEL_UNDO_PATH_MAX || strlen(p) >= PATH_MAX)
         return undo_fail(-ENAMETOOLONG, "creating", p);
+    /* Room for the largest entry, and at least 64 KiB to read entries back
+     * a buffer at a time (keel__undo_restore allocates nothing). */
+    if (!st->undo_buf) {
+        size_t cap = 16 + 4 * ((size_t)st->g.M0 +
+                               (KEEL_MAX_LEVELS - 1) * (size_t)st->g.M);
+        cap = KEEL_MAX(cap, (size_t)64 << 10);
+        if (!(st->undo_buf = keel__malloc(cap)))
+            return KEEL_ENOMEM;
+        st->undo_buf_cap = cap;
+    }
     keel__os->unlink(p);
     int fd = keel__os->open(p, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
     if (fd < 0)
         return undo_fail(fd, "creating", p);
     uint8_t hdr[UNDO_HDR] = {0};
     memcpy(hdr, UNDO_MAGIC, 8);
-    keel__put32(hdr + 8, 1);
+    keel__put32(hdr + 8, 2);
     st->undo_identity = keel__undo_identity(&st->committed);
     st->undo_tag = new_tag(st);
     keel__put64(hdr + 16, st->undo_identity);
     keel__put64(hdr + 24, st->undo_tag);
-    ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
-    int err = n < 0 ? (int)n : n != UNDO_HDR ? -EIO : keel__os->sync(fd);
+    keel_file_info me; /* rule (7): the file the log belongs to */
+    int err = keel__os->stat(st->fd, &me);
+    if (!err) {
+        keel__put64(hdr + 32, me.dev);
+        keel__put64(hdr + 40, me.ino);
+        ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
+        err = n < 0 ? (int)n : n != UNDO_HDR ? -EIO : keel__os->sync(fd);
+    }
     rc = err ? undo_fail(err, "writing", p) : undo_announce(st);
     if (rc) {
         keel__os->close(fd);
@@ -204,8 +236,9 @@ undo_begin(keel_store *st)
 }
 
 int
-keel__undo_save(keel_store *st, uint64_t slot)
+keel__undo_save(keel_store *st, uint64_t slot, int *wrote)
 {
+    *wrote = 0;
     uint64_t i;
     uint32_t k = keel__slot_segment(&st->g, slot, &i);
     uint64_t bit = (uint64_t)1 << (i & 63);
@@ -241,11 +274,7 @@ keel__undo_save(keel_store *st, uint64_t slot)
     uint32_t level = (uint32_t)(KEEL_LOAD_ACQUIRE(keel__store_rec(st, slot)) & 0xFF);
     uint32_t words = st->g.M0 + level * st->g.M;
     size_t bytes = 8 + 4 * (size_t)words + 8;
-    uint8_t *e = keel__malloc(bytes);
-    if (!e) {
-        rc = KEEL_ENOMEM;
-        goto out;
-    }
+    uint8_t *e = st->undo_buf;
     keel__put32(e, (uint32_t)slot);
     keel__put32(e + 4, words);
     uint8_t *w = e + 8;
@@ -257,13 +286,13 @@ keel__undo_save(keel_store *st, uint64_t slot)
     }
     keel__put64(w, XXH3_64bits_withSeed(e, bytes - 8, st->undo_identity));
     ssize_t n = keel__os->pwrite(st->undo_fd, e, bytes, st->undo_end);
-    keel__free(e);
     if (n != (ssize_t)bytes) {
         /* Rule (6). A torn entry is written over by the next one. */
         rc = undo_fail(n < 0 ? (int)n : -EIO, "writing", st->undo_path);
         goto out;
     }
     st->undo_end += bytes;
+    *wrote = 1;
     st->undo_saved[st->undo_saved_n++] = (uint32_t)slot;
     __atomic_fetch_or(&bits[i >> 6], bit, __ATOMIC_RELEASE);
     double t = now_s();
@@ -301,67 +330,112 @@ keel__undo_end(keel_store *st)
     st->undo_saved_n = 0;
 }
 
-/* The log to recover from: the one the live page names, with the tag it
-** must carry (rule 5); else, for a file whose writers kept no tags, the log
-** beside the name it was opened by (*tag 0). NULL: out of memory. */
-static char *
-undo_named(const keel_store *st, uint64_t *tag)
+/* Writes one entry's lists (words words at w) back into slot's lists. */
+static void
+undo_put(keel_store *st, uint32_t slot, const uint8_t *w, uint32_t words)
 {
-    const uint8_t *lp = st->live;
-    uint64_t t = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
-    uint32_t len = keel__get32(lp + LO_UNDO_PATH_LEN);
-    *tag = 0;
-    if (t == 0 || len == 0 || len >= KEEL_UNDO_PATH_MAX)
-        return keel__path_plus(st->path, ".undo");
-    char *p = keel__malloc((size_t)len + 1);
-    if (p) {
-        memcpy(p, lp + LO_UNDO_PATH, len);
-        p[len] = '\0';
-        *tag = t;
+    uint32_t level = (uint32_t)(KEEL_LOAD_RELAXED(keel__store_rec(st, slot)) & 0xFF);
+    for (uint32_t lv = 0; lv <= level; lv++) {
+        uint32_t len, n = lv ? st->g.M : st->g.M0;
+        uint32_t *list = keel__store_list(st, slot, lv, &len);
+        for (uint32_t j = 0; j < n && words; j++, w += 4, words--)
+            if (list)
+                KEEL_STORE_RELAXED(&list[j], keel__get32(w));
     }
-    return p;
 }
 
-/* Writes back the first entry of each slot of the log in buf (size bytes,
-** header checked); returns the number of slots restored. */
+/* The size of the whole entry at e (size bytes left) if it is intact and
+** names a slot below count, else 0 (torn: the rest never reached the
+** file). */
 static uint64_t
-undo_apply(keel_store *st, const uint8_t *buf, uint64_t size, uint64_t ident)
+undo_entry(const keel_store *st, const uint8_t *e, uint64_t size,
+           uint64_t ident)
 {
-    uint64_t applied = 0;
+    if (size < 16)
+        return 0;
+    uint32_t words = keel__get32(e + 4);
+    uint64_t bytes = 16 + 4ull * words;
+    if (words > st->g.M0 + KEEL_MAX_LEVELS * st->g.M || bytes > size ||
+        XXH3_64bits_withSeed(e, bytes - 8, ident) != keel__get64(e + bytes - 8))
+        return 0;
+    return bytes;
+}
+
+/* Writes back the first entry of each slot of the entries in buf[off, size)
+** (made for commit hash ident); returns the number of slots restored. */
+static uint64_t
+undo_apply(keel_store *st, const uint8_t *buf, uint64_t off, uint64_t size,
+           uint64_t ident)
+{
+    uint64_t applied = 0, bytes;
     uint8_t *seen[KEEL_MAX_SEGMENTS] = {0};
-    for (uint64_t off = UNDO_HDR; off + 16 <= size;) {
+    for (; (bytes = undo_entry(st, buf + off, size - off, ident)); off += bytes) {
         uint32_t slot = keel__get32(buf + off);
-        uint32_t words = keel__get32(buf + off + 4);
-        uint64_t bytes = 16 + 4ull * words;
-        if (words > st->g.M0 + KEEL_MAX_LEVELS * st->g.M ||
-            off + bytes > size ||
-            XXH3_64bits_withSeed(buf + off, bytes - 8, ident) !=
-                keel__get64(buf + off + bytes - 8))
-            break; /* torn: the rest never reached the file */
-        if (slot < st->work.count) {
-            uint64_t i;
-            uint32_t k = keel__slot_segment(&st->g, slot, &i);
-            if (!seen[k])
-                seen[k] = keel__calloc((size_t)st->seg[k].slots, 1);
-            if (seen[k] && !seen[k][i]) {
-                seen[k][i] = 1;
-                const uint8_t *w = buf + off + 8;
-                uint32_t level = (uint32_t)(KEEL_LOAD_RELAXED(keel__store_rec(st, slot)) & 0xFF);
-                for (uint32_t lv = 0; lv <= level; lv++) {
-                    uint32_t len, n = lv ? st->g.M : st->g.M0;
-                    uint32_t *list = keel__store_list(st, slot, lv, &len);
-                    for (uint32_t j = 0; j < n && words; j++, w += 4, words--)
-                        if (list)
-                            KEEL_STORE_RELAXED(&list[j], keel__get32(w));
-                }
-                applied++;
-            }
+        if (slot >= st->work.count)
+            continue;
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slot, &i);
+        if (!seen[k])
+            seen[k] = keel__calloc((size_t)st->seg[k].slots, 1);
+        if (seen[k] && !seen[k][i]) {
+            seen[k][i] = 1;
+            undo_put(st, slot, buf + off + 8, keel__get32(buf + off + 4));
+            applied++;
         }
-        off += bytes;
     }
     for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++)
         keel__free(seen[k]);
     return applied;
+}
+
+/* Tries the log at p for a file whose live page carries tag (rules 5 and
+** 7): *found 0 if there is none there or it carries another tag. Else
+** applies it if it was made for this file's commit, and removes it if it
+** belongs to this file (me). */
+static int
+undo_try(keel_store *st, const char *p, uint64_t tag,
+         const keel_file_info *me, int *found)
+{
+    *found = 0;
+    int fd = keel__os->open(p, KEEL_OPEN_READ);
+    if (fd < 0)
+        return KEEL_OK; /* no log here */
+    keel_file_info fi;
+    uint8_t *buf = NULL;
+    int rc = KEEL_OK;
+    if (keel__os->stat(fd, &fi) != 0 || !fi.is_regular ||
+        fi.size < UNDO_HDR_1 || fi.size > ((uint64_t)1 << 40))
+        goto done;
+    buf = keel__malloc((size_t)fi.size);
+    if (!buf) {
+        rc = KEEL_ENOMEM;
+        goto done;
+    }
+    if (keel__os->pread(fd, buf, (size_t)fi.size, 0) != (ssize_t)fi.size ||
+        memcmp(buf, UNDO_MAGIC, 8) != 0)
+        goto done;
+    uint32_t version = keel__get32(buf + 8);
+    uint64_t hdr = version == 2 ? UNDO_HDR : UNDO_HDR_1;
+    if ((version != 1 && version != 2) || fi.size < hdr ||
+        keel__get64(buf + 24) != tag)
+        goto done; /* rule (5): another index's log, or another cycle's */
+    *found = 1;
+    /* Rule (7). A version 1 log belongs to the name it is beside. */
+    int owner = version == 2 ? keel__get64(buf + 32) == me->dev &&
+                                   keel__get64(buf + 40) == me->ino
+                             : strcmp(p, st->undo_path) == 0;
+    uint64_t ident = keel__get64(buf + 16);
+    if (ident == keel__undo_identity(&st->work) && /* rule (3) */
+        undo_apply(st, buf, hdr, fi.size, ident) && keel__os->sync(st->fd) != 0)
+        rc = keel__fail(KEEL_EIO, "syncing %s after undoing unflushed graph "
+                        "changes failed\nhelp: check the disk, then open the "
+                        "index again", st->path);
+    if (rc == KEEL_OK && owner)
+        keel__os->unlink(p);
+done:
+    keel__free(buf);
+    keel__os->close(fd);
+    return rc;
 }
 
 int
@@ -370,46 +444,91 @@ keel__undo_recover(keel_store *st)
     int rc = undo_place(st);
     if (rc)
         return rc;
-    uint64_t tag;
-    char *p = undo_named(st, &tag);
-    if (!p)
-        return KEEL_ENOMEM;
-    int fd = keel__os->open(p, KEEL_OPEN_READ);
-    if (fd < 0) {
-        keel__free(p);
-        return KEEL_OK; /* no log: nothing to undo */
+    keel_file_info me;
+    if (keel__os->stat(st->fd, &me) != 0)
+        memset(&me, 0, sizeof me); /* owns no log: applies, removes none */
+    /* The log the live page names (rule 5), then the one beside the name
+    ** the index was opened by: a file whose writers kept no tags (tag 0),
+    ** or an index moved together with its log. */
+    const uint8_t *lp = st->live;
+    uint64_t tag = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
+    uint32_t len = keel__get32(lp + LO_UNDO_PATH_LEN);
+    char *named = NULL;
+    if (tag != 0 && len > 0 && len < KEEL_UNDO_PATH_MAX) {
+        if (!(named = keel__malloc((size_t)len + 1)))
+            return KEEL_ENOMEM;
+        memcpy(named, lp + LO_UNDO_PATH, len);
+        named[len] = '\0';
     }
-    keel_file_info fi;
-    uint8_t *buf = NULL;
-    int ours = tag == 0; /* a log beside the index, from before tags */
-    if (keel__os->stat(fd, &fi) != 0 || fi.size < UNDO_HDR ||
-        fi.size > ((uint64_t)1 << 40))
-        goto done;
-    buf = keel__malloc((size_t)fi.size);
-    if (!buf) {
-        rc = KEEL_ENOMEM;
-        goto done;
-    }
-    if (keel__os->pread(fd, buf, (size_t)fi.size, 0) != (ssize_t)fi.size ||
-        memcmp(buf, UNDO_MAGIC, 8) != 0 || keel__get32(buf + 8) != 1 ||
-        keel__get64(buf + 24) != tag)
-        goto done; /* rule (5): another index's log, or none of ours */
-    ours = 1;
-    uint64_t ident = keel__get64(buf + 16);
-    if (ident != keel__undo_identity(&st->work))
-        goto done; /* rule (3): made for another commit */
-    if (undo_apply(st, buf, fi.size, ident) && keel__os->sync(st->fd) != 0)
-        rc = keel__fail(KEEL_EIO, "syncing %s after undoing unflushed graph "
-                        "changes failed\nhelp: check the disk, then open the "
-                        "index again", st->path);
-done:
-    keel__free(buf);
-    keel__os->close(fd);
-    if (rc == KEEL_OK && ours) {
-        keel__os->unlink(p);
+    int found = 0;
+    if (named)
+        rc = undo_try(st, named, tag, &me, &found);
+    if (rc == KEEL_OK && !found &&
+        (!named || strcmp(named, st->undo_path) != 0))
+        rc = undo_try(st, st->undo_path, tag, &me, &found);
+    keel__free(named);
+    /* This file's lists are its commit's now: it needs no log. */
+    if (rc == KEEL_OK && found)
         KEEL_STORE_RELEASE((uint64_t *)(void *)(st->live + LO_UNDO_TAG),
                            (uint64_t)0);
+    return rc;
+}
+
+uint64_t
+keel__undo_mark(keel_store *st)
+{
+    pthread_mutex_lock(&st->undo_lock);
+    uint64_t m = st->undo_fd >= 0 ? st->undo_end : UNDO_HDR;
+    pthread_mutex_unlock(&st->undo_lock);
+    return m;
+}
+
+int
+keel__undo_restore(keel_store *st, uint64_t mark)
+{
+    pthread_mutex_lock(&st->undo_lock);
+    int rc = KEEL_OK;
+    size_t cap = st->undo_buf_cap, have = 0;
+    uint8_t *buf = st->undo_buf; /* made with the log */
+    uint64_t pos = mark;
+    if (st->undo_fd < 0 || st->undo_end <= mark)
+        goto out;
+    /* Entries are read a buffer at a time; one that does not fit whole
+     * moves to the front and the rest of it is read after it. */
+    while (pos + have < st->undo_end) {
+        size_t want = (size_t)KEEL_MIN((uint64_t)(cap - have),
+                                       st->undo_end - pos - have);
+        ssize_t n = keel__os->pread(st->undo_fd, buf + have, want, pos + have);
+        if (n <= 0) {
+            rc = keel__fail(KEEL_EIO, "reading back the undo log %s to undo "
+                            "a failed add failed: %s\nhelp: close the index "
+                            "and open it again: it reopens at its last flush",
+                            st->undo_path, n < 0 ? strerror((int)-n)
+                                                 : "it is shorter than written");
+            goto fail;
+        }
+        have += (size_t)n;
+        size_t off = 0;
+        uint64_t bytes;
+        while ((bytes = undo_entry(st, buf + off, have - off,
+                                   st->undo_identity))) {
+            undo_put(st, keel__get32(buf + off), buf + off + 8,
+                     keel__get32(buf + off + 4));
+            off += (size_t)bytes;
+        }
+        if (off == 0 && have == cap)
+            break; /* cannot happen: cap holds the largest entry */
+        memmove(buf, buf + off, have - off);
+        have -= off;
+        pos += off;
     }
-    keel__free(p);
+    goto out;
+fail:
+    /* The lists are not the call's starting ones, and only the log can say
+     * what they were: no commit may include them (store.c invariant 7); a
+     * reopen recovers the last commit from the log. */
+    st->poisoned = 1;
+out:
+    pthread_mutex_unlock(&st->undo_lock);
     return rc;
 }

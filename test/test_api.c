@@ -598,4 +598,34 @@ TEST(errors_have_help_lines_and_codes_have_names)
     CHECK_EQ(keel_libversion_number(), KEEL_VERSION_NUMBER);
 }
 
+/* An open that the system refuses names the path in a sentence that reads
+** ("opening PATH failed: ...") with help for the errno. */
+TEST(open_failures_read_naturally_with_help_for_the_errno)
+{
+    char loop[700], longname[900];
+    snprintf(loop, sizeof loop, "%s", test_path("loop.keel"));
+    unlink(loop);
+    CHECK(symlink("loop.keel", loop) == 0 || errno == EEXIST);
+    char cwd[600];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(test_dir()) == 0);
+    keel_index *idx;
+    for (int writer = 0; writer < 2; writer++) {
+        int rc = writer ? keel_open("loop.keel", DIM, NULL, &idx)
+                        : keel_open_reader("loop.keel", NULL, &idx);
+        CHECK_ERR(rc, KEEL_EIO);
+        CHECK_MSG_HAS("opening loop.keel failed: ");
+        CHECK_MSG_HAS("help: the path runs through a symbolic link");
+    }
+    CHECK(chdir(cwd) == 0);
+    snprintf(longname, sizeof longname, "%s/", test_dir());
+    size_t n = strlen(longname);
+    memset(longname + n, 'n', 300);
+    longname[n + 300] = 0;
+    CHECK_ERR(keel_open_reader(longname, NULL, &idx), KEEL_EIO);
+    CHECK_MSG_HAS(" failed: ");
+    CHECK_MSG_HAS("help: the path, or one name in it, is longer");
+    CHECK(strstr(keel_errmsg(), " for ") == NULL);
+}
+
 TEST_MAIN()

@@ -268,16 +268,24 @@ one_point(const char *path, int by_alloc, long n, char *msg, size_t len)
         goto out;
     }
     /* A writer poisoned by a failed write or sync of the index refuses to
-     * flush; its handle may hold the marks of the flush that failed (the
-     * handle's check is not asked then: the reopened file is). */
+     * flush; its handle may hold the marks of the flush that failed, so its
+     * check answers that it is poisoned (KEEL_EIO), never that the file is
+     * corrupt: the reopened file is checked below. */
     int poisoned = keel_flush(idx) != KEEL_OK;
     if (!poisoned)
         r.committed = r.now;
+    int crc = keel_check(idx);
     if (r.bad) {
         snprintf(msg, len, "%s", r.why);
         result = -1;
-    } else if (!poisoned && keel_check(idx) != KEEL_OK) {
+    } else if (!poisoned && crc != KEEL_OK) {
         snprintf(msg, len, "keel_check on the handle: %s", keel_errmsg());
+        result = -1;
+    } else if (poisoned && (crc != KEEL_EIO ||
+                            !strstr(keel_errmsg(), "poisoned") ||
+                            !strstr(keel_errmsg(), "help: close"))) {
+        snprintf(msg, len, "keel_check on the poisoned handle returned %d: "
+                 "%s", crc, keel_errmsg());
         result = -1;
     } else if (shown(idx, &got) != KEEL_OK || !model_eq(&got, &r.now)) {
         snprintf(msg, len, "the handle shows next id %llu, expected %llu, or "

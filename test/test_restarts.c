@@ -5,6 +5,10 @@
 **     index through a hard link or after renaming it still undoes the
 **     unflushed graph changes (the live page names the log), so every
 **     committed vector finds itself, and the log is removed.
+**   - So does renaming the directory that holds the index and its log.
+**   - Opening a copy of the crashed index first applies the log to the copy
+**     but leaves it (it belongs to the original), so the original then
+**     recovers too.
 **   - A reader open across a hundred writer restarts without a flush keeps
 **     following the writer's regions and sees the next commit.
 */
@@ -120,6 +124,77 @@ TEST(a_killed_writer_is_undone_after_a_rename)
 {
     reopen_by_another_name(test_path("old-name.keel"),
                            test_path("new-name.keel"), 1);
+}
+
+/* Whether every committed vector finds itself in idx (count COMMITTED). */
+static int
+lost_of(keel_index *idx)
+{
+    int lost = 0;
+    for (uint64_t id = 0; id < COMMITTED; id++)
+        lost += !finds_itself(idx, id);
+    return lost;
+}
+
+TEST(a_killed_writer_is_undone_after_its_directory_is_renamed)
+{
+    char d1[600], d2[600], made[700], moved[700], undo[720], left[720];
+    snprintf(d1, sizeof d1, "%s", test_path("dir-before"));
+    snprintf(d2, sizeof d2, "%s", test_path("dir-after"));
+    CHECK(mkdir(d1, 0700) == 0);
+    snprintf(made, sizeof made, "%s/x.keel", d1);
+    snprintf(moved, sizeof moved, "%s/x.keel", d2);
+    snprintf(undo, sizeof undo, "%s.undo", made);
+    snprintf(left, sizeof left, "%s.undo", moved);
+    CHECK_OK(kill_mid_add(made));
+    CHECK_MSG(access(undo, F_OK) == 0, "the killed writer left no undo log");
+    CHECK(rename(d1, d2) == 0);
+    keel_index *idx;
+    CHECK_OK(keel_open(moved, DIM, NULL, &idx));
+    CHECK_U64(keel_count(idx), COMMITTED);
+    CHECK_OK(keel_check(idx));
+    int lost = lost_of(idx);
+    CHECK_MSG(lost == 0, "%d of %d committed vectors do not find themselves",
+              lost, COMMITTED);
+    CHECK_MSG(access(left, F_OK) != 0, "the undo log %s was left", left);
+    keel_close(idx);
+}
+
+TEST(opening_a_copy_of_a_killed_writer_leaves_the_original_its_log)
+{
+    char made[700], copy[700], undo[720], copy_undo[720], cmd[1600];
+    snprintf(made, sizeof made, "%s", test_path("original.keel"));
+    snprintf(copy, sizeof copy, "%s", test_path("copy.keel"));
+    snprintf(undo, sizeof undo, "%s.undo", made);
+    snprintf(copy_undo, sizeof copy_undo, "%s.undo", copy);
+    CHECK_OK(kill_mid_add(made));
+    CHECK_MSG(access(undo, F_OK) == 0, "the killed writer left no undo log");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", made, copy);
+    CHECK(system(cmd) == 0);
+    /* The copy's bytes carry the log's tag and commit: the log applies to
+     * it, but it belongs to the original. */
+    keel_index *idx;
+    CHECK_OK(keel_open(copy, DIM, NULL, &idx));
+    CHECK_U64(keel_count(idx), COMMITTED);
+    CHECK_OK(keel_check(idx));
+    int lost = lost_of(idx);
+    CHECK_MSG(lost == 0, "the copy: %d of %d committed vectors do not find "
+              "themselves", lost, COMMITTED);
+    CHECK_OK(keel_close(idx));
+    CHECK_MSG(access(undo, F_OK) == 0, "opening the copy removed the "
+              "original's undo log %s", undo);
+    CHECK_MSG(access(copy_undo, F_OK) != 0, "the copy made a log of its own");
+    /* Opened again, the copy does not look for it any more. */
+    CHECK_OK(keel_open(copy, DIM, NULL, &idx));
+    CHECK_OK(keel_close(idx));
+    CHECK_OK(keel_open(made, DIM, NULL, &idx));
+    CHECK_U64(keel_count(idx), COMMITTED);
+    CHECK_OK(keel_check(idx));
+    lost = lost_of(idx);
+    CHECK_MSG(lost == 0, "the original: %d of %d committed vectors do not "
+              "find themselves", lost, COMMITTED);
+    CHECK_MSG(access(undo, F_OK) != 0, "the undo log %s was left", undo);
+    keel_close(idx);
 }
 
 TEST(a_reader_follows_a_hundred_writer_restarts)

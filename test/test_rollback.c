@@ -7,6 +7,11 @@
 **   - An add that fails while linking (no memory) gives back its slots, ids
 **     and entry point: the next add and flush show exactly the adds that
 **     succeeded.
+**   - A failed add (an undo entry that cannot be written, no memory, a
+**     cancel), batch or single, leaves every list of every node that
+**     existed before it exactly as it was (compared word for word through
+**     the store, and by the searches of every vector against a control
+**     index that never saw the failed add).
 **   - A flush that fails after writing its intent header, retried, never
 **     leaves two header copies with one sequence.
 **   - A batch naming an id twice is refused, naming the id and both items,
@@ -18,6 +23,7 @@
 #include <errno.h>
 #include <limits.h>
 
+#include "api.h"    /* white-box: the handle's store, to read lists */
 #include "format.h"
 #include "os.h"
 
@@ -29,6 +35,8 @@ static struct {
     int undo_open_err;     /* -errno for opens of *.undo */
     int undo_write_err;    /* -errno for writes to an open undo log */
     int arm_after_header;  /* fail the allocation after the next header write */
+    int undo_write_at;     /* fail the undo_write_at-th write to a log */
+    int undo_writes;
     int sync_err;          /* -errno for every sync */
 } F;
 
@@ -65,6 +73,8 @@ f_pwrite(int fd, const void *buf, size_t n, uint64_t off)
 {
     if (F.undo_write_err && fd_is_undo(fd))
         return F.undo_write_err;
+    if (F.undo_write_at && fd_is_undo(fd) && ++F.undo_writes == F.undo_write_at)
+        return -EIO;
     ssize_t r = keel__os_posix.pwrite(fd, buf, n, off);
     if (F.arm_after_header && !fd_is_undo(fd) &&
         (off == KEEL_HDR_A_OFF || off == KEEL_HDR_B_OFF)) {
@@ -298,6 +308,282 @@ TEST(a_failed_add_gives_back_slots_ids_and_entry_point)
                points);
         CHECK(points > 3);
     }
+}
+
+/* --- a failed add leaves the lists of earlier nodes as they were ------------- */
+
+#define PRE_COMMITTED 2000
+#define PRE_UNFLUSHED 300
+#define PRE (PRE_COMMITTED + PRE_UNFLUSHED)
+#define FAILED_BATCH 3000
+
+static const keel_options list_opts = {.max_connections = 4,
+                                       .ef_construction = 40, .threads = 1};
+
+static float *
+embed_range(uint64_t from, size_t n)
+{
+    float *v = malloc(n * DIM * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        td_vec_embed(from + i, DIM, v + i * DIM);
+    return v;
+}
+
+/* PRE_COMMITTED vectors flushed, then PRE_UNFLUSHED added without a flush:
+** the later ones change committed nodes (saved to the undo log earlier in
+** this commit cycle) and are themselves published but not committed. */
+static int
+make_pre(const char *path, uint32_t threads, keel_index **out)
+{
+    keel_options o = list_opts;
+    o.threads = threads;
+    unlink(path);
+    int rc = keel_open(path, DIM, &o, out);
+    float *a = embed_range(0, PRE_COMMITTED);
+    float *b = embed_range(50000, PRE_UNFLUSHED);
+    if (!rc)
+        rc = keel_add_batch(*out, a, PRE_COMMITTED, NULL, NULL);
+    if (!rc)
+        rc = keel_flush(*out);
+    if (!rc)
+        rc = keel_add_batch(*out, b, PRE_UNFLUSHED, NULL, NULL);
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* Every list of every slot below n, in words (M0 + 15 M per slot). */
+static uint32_t *
+lists_of(keel_index *idx, uint64_t n)
+{
+    const keel_store *st = idx->st;
+    size_t per = st->g.M0 + (KEEL_MAX_LEVELS - 1) * (size_t)st->g.M;
+    uint32_t *w = calloc(n * per, sizeof *w);
+    for (uint64_t slot = 0; slot < n; slot++) {
+        uint32_t *o = w + slot * per;
+        uint32_t level = (uint32_t)(*keel__store_rec(st, slot) & 0xFF);
+        for (uint32_t lv = 0; lv <= level; lv++) {
+            uint32_t len;
+            const uint32_t *list = keel__store_list(st, slot, lv, &len);
+            for (uint32_t j = 0; list && j < len; j++)
+                *o++ = list[j];
+        }
+    }
+    return w;
+}
+
+/* How many slots below n have a list that differs between a and b. */
+static int
+lists_differ(keel_index *idx, const uint32_t *a, const uint32_t *b, uint64_t n)
+{
+    size_t per = idx->st->g.M0 + (KEEL_MAX_LEVELS - 1) * (size_t)idx->st->g.M;
+    int d = 0;
+    for (uint64_t s = 0; s < n; s++)
+        d += memcmp(a + s * per, b + s * per, per * sizeof *a) != 0;
+    return d;
+}
+
+/* The top 10 (ids and distances) at ef 10 of the vectors of ids 0..PRE. */
+static keel_result *
+answers_of(keel_index *idx)
+{
+    keel_result *r = calloc((size_t)PRE * 10, sizeof *r);
+    keel_search_params p = {.ef = 10};
+    for (uint64_t i = 0; i < PRE; i++) {
+        float v[DIM];
+        size_t got;
+        td_vec_embed(i < PRE_COMMITTED ? i : 50000 + i - PRE_COMMITTED, DIM, v);
+        if (keel_search(idx, v, 10, &p, r + i * 10, &got) != KEEL_OK)
+            r[i * 10].id = UINT64_MAX - 1;
+    }
+    return r;
+}
+
+static int
+answers_differ(const keel_result *a, const keel_result *b)
+{
+    int d = 0;
+    for (size_t i = 0; i < PRE; i++)
+        for (size_t j = 0; j < 10; j++)
+            if (a[i * 10 + j].id != b[i * 10 + j].id ||
+                a[i * 10 + j].distance != b[i * 10 + j].distance) {
+                d++;
+                break;
+            }
+    return d;
+}
+
+static int
+cancel_now(void *arg)
+{
+    (*(int *)arg)++;
+    return 1;
+}
+
+/* The failing call of each kind; returns its rc. */
+enum { FAIL_UNDO_WRITE, FAIL_ALLOC, FAIL_CANCEL, FAIL_SINGLE_UNDO, FAIL_KINDS };
+static const char *const fail_name[] = {"an undo write", "an allocation",
+                                        "a cancel", "a single add's undo write"};
+
+static int
+failing_call(keel_index *idx, int kind, long n)
+{
+    float *v = embed_range(100000, FAILED_BATCH);
+    int rc, asked = 0;
+    faults_on();
+    switch (kind) {
+    case FAIL_UNDO_WRITE:
+        F.undo_write_at = (int)n;
+        rc = keel_add_batch(idx, v, FAILED_BATCH, NULL, NULL);
+        break;
+    case FAIL_ALLOC:
+        keel__fail_alloc_after((uint64_t)n);
+        rc = keel_add_batch(idx, v, FAILED_BATCH, NULL, NULL);
+        break;
+    case FAIL_CANCEL:
+        keel_set_cancel(idx, cancel_now, &asked);
+        rc = keel_add_batch(idx, v, FAILED_BATCH, NULL, NULL);
+        keel_set_cancel(idx, NULL, NULL);
+        break;
+    default:
+        /* A single add failing at its n-th undo write. */
+        F.undo_write_at = (int)n;
+        rc = keel_add(idx, v, NULL);
+        break;
+    }
+    faults_off();
+    free(v);
+    return rc;
+}
+
+/* One failed call on an index made by make_pre: every list of the PRE
+** earlier slots is as before, and so is every search. *ok 0 if the call
+** did not fail. */
+static void
+failed_call_keeps_lists(uint32_t threads, int kind, long n, int *failed)
+{
+    keel_index *idx;
+    CHECK_OK(make_pre(test_path("lists.keel"), threads, &idx));
+    uint64_t count = PRE;
+    uint32_t *before = NULL;
+    keel_result *ra = NULL;
+    int rc = KEEL_OK;
+    if (kind == FAIL_SINGLE_UNDO) {
+        /* Single adds until one fails: most save nothing new. */
+        for (uint64_t i = 0; i < 500 && rc == KEEL_OK; i++) {
+            count = keel_count(idx);
+            free(before);
+            before = lists_of(idx, count);
+            rc = failing_call(idx, kind, n);
+        }
+    } else {
+        before = lists_of(idx, PRE);
+        ra = answers_of(idx);
+        rc = failing_call(idx, kind, n);
+    }
+    *failed = rc != KEEL_OK;
+    if (rc == KEEL_OK) {
+        free(before);
+        free(ra);
+        keel_close(idx);
+        return;
+    }
+    CHECK_U64(keel_count(idx), count);
+    uint32_t *after = lists_of(idx, count);
+    keel_result *rb = ra ? answers_of(idx) : NULL;
+    int dl = lists_differ(idx, before, after, count);
+    int da = ra ? answers_differ(ra, rb) : 0;
+    free(before);
+    free(after);
+    free(ra);
+    free(rb);
+    CHECK_MSG(dl == 0 && da == 0, "threads %u, %s (%ld): after the failed add "
+              "%d of %llu earlier nodes have other lists and %d of %d vectors "
+              "other answers", threads, fail_name[kind], n, dl,
+              (unsigned long long)count, da, PRE);
+    CHECK_OK(keel_check(idx));
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_close(idx));
+    CHECK_OK(keel_open(test_path("lists.keel"), DIM, NULL, &idx));
+    CHECK_U64(keel_count(idx), count);
+    CHECK_OK(keel_check(idx));
+    keel_close(idx);
+}
+
+TEST(a_failed_add_leaves_every_earlier_list_as_it_was)
+{
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+        int failed;
+        static const struct {
+            int kind;
+            long n;
+        } cases[] = {{FAIL_UNDO_WRITE, 300}, {FAIL_UNDO_WRITE, 1},
+                     {FAIL_CANCEL, 0}, {FAIL_SINGLE_UNDO, 1},
+                     {FAIL_SINGLE_UNDO, 2}};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            failed_call_keeps_lists(threads, cases[c].kind, cases[c].n,
+                                    &failed);
+            CHECK_MSG(test_failed_flag || failed, "threads %u: the add with "
+                      "%s (%ld) did not fail", threads,
+                      fail_name[cases[c].kind], cases[c].n);
+            if (test_failed_flag)
+                return;
+        }
+        /* Every allocation of the batch in turn, until it succeeds. */
+        long points = 0;
+        for (long n = 1;; n++) {
+            failed_call_keeps_lists(threads, FAIL_ALLOC, n, &failed);
+            if (test_failed_flag)
+                return;
+            if (!failed)
+                break;
+            points++;
+        }
+        printf("    threads %u: %ld allocation failure points\n", threads,
+               points);
+        CHECK(points > 3);
+    }
+}
+
+/* The same index with and without a failed batch (threads 1: the build is
+** deterministic, so the two must answer alike, distances included), before
+** and after one more batch, a flush and a reopen. */
+TEST(a_failed_add_answers_like_an_index_that_never_saw_it)
+{
+    keel_index *idx, *ctl;
+    CHECK_OK(make_pre(test_path("failed.keel"), 1, &idx));
+    CHECK_OK(make_pre(test_path("control.keel"), 1, &ctl));
+    keel_result *a = answers_of(ctl), *b = answers_of(idx);
+    int d = answers_differ(a, b);
+    free(b);
+    CHECK_MSG(d == 0, "two indexes built alike answer %d of %d vectors "
+              "differently: builds with one thread are not deterministic",
+              d, PRE);
+    CHECK(failing_call(idx, FAIL_UNDO_WRITE, 300) != KEEL_OK);
+    b = answers_of(idx);
+    d = answers_differ(a, b);
+    free(a);
+    free(b);
+    CHECK_MSG(d == 0, "after the failed batch %d of %d vectors answer "
+              "differently than in the control", d, PRE);
+    float *more = embed_range(200000, 50);
+    CHECK_OK(keel_add_batch(idx, more, 50, NULL, NULL));
+    CHECK_OK(keel_add_batch(ctl, more, 50, NULL, NULL));
+    free(more);
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_flush(ctl));
+    CHECK_OK(keel_close(idx));
+    CHECK_OK(keel_open(test_path("failed.keel"), DIM, NULL, &idx));
+    a = answers_of(ctl);
+    b = answers_of(idx);
+    d = answers_differ(a, b);
+    free(a);
+    free(b);
+    CHECK_MSG(d == 0, "after one more batch, a flush and a reopen %d of %d "
+              "vectors answer differently than in the control", d, PRE);
+    CHECK_OK(keel_check(idx));
+    keel_close(idx);
+    keel_close(ctl);
 }
 
 /* --- 3: a retried flush after its intent header ---------------------------- */

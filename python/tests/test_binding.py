@@ -221,9 +221,6 @@ def test_ctrl_c_cancels_add_batch(path, sigint_raises):
         assert len(again) == 100
 
 
-@pytest.mark.xfail(strict=False, reason="a failed add_batch does not yet roll "
-                   "back its reserved slots (add_vectors in src/api.c): the "
-                   "next add publishes the cancelled vectors too")
 def test_an_add_after_a_cancelled_batch_adds_only_itself(path, sigint_raises):
     v = vectors(30000, 32)
     index = keel.VectorIndex(path, 32, threads=2)
