@@ -180,6 +180,9 @@ class VectorIndex(_keel.Index):
         if self._inherited:
             return "<keel.%s %r inherited through fork: close only>" % (
                 kind, self.path)
+        if self._busy:      # in a signal handler that interrupted a call
+            return "<keel.%s %r inside %s() on this thread>" % (
+                kind, self.path, self._busy)
         return "<keel.%s %r dimensions=%d metric=%r precision=%r len=%d%s>" % (
             kind, self.path, self.dimensions, self.metric, self.precision,
             len(self), " read_only" if self.read_only else "")
