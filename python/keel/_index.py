@@ -19,8 +19,10 @@ def _dimensions(value):
     if value is None:
         return 0
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("dimensions has to be an integer, not %s (%r)"
-                        % (type(value).__name__, value))
+        raise TypeError("dimensions has to be an integer, not %s (%r)\n"
+                        "help: give the length of the vectors as an int, "
+                        "such as 384 (or None to take it from an existing "
+                        "file)" % (type(value).__name__, value))
     value = int(value.__index__())
     if not 0 <= value <= 4096:
         from ._errors import InvalidArgumentError
@@ -36,8 +38,10 @@ def _path(path):
     try:
         return os.fspath(path)
     except TypeError:
-        raise TypeError("path has to be a str, bytes or os.PathLike, not %s"
-                        % type(path).__name__) from None
+        raise TypeError("path has to be a str, bytes or os.PathLike, not %s "
+                        "(%r)\nhelp: pass the index file's path, such as "
+                        "'vectors.keel'" % (type(path).__name__, path)) \
+            from None
 
 
 class VectorIndex(_keel.Index):

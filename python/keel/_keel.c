@@ -59,6 +59,7 @@ static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
 static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
 static PyObject *h_id;              /* _coerce.one_id(obj, fn) */
 static PyObject *h_count;           /* _coerce.count(obj, name, fn) */
+static PyObject *h_key;             /* _coerce.key(obj): `obj in index` */
 static PyObject *h_keyword;         /* _coerce.bad_keyword(fn, name, names) */
 
 static unsigned long fork_generation; /* +1 in every child after fork() */
@@ -348,6 +349,18 @@ enter_vectors(IndexObject *self, PyArrayObject *a, int batch, const char *fn)
 
 /* --- arguments ----------------------------------------------------------- */
 
+/* "a, b, c" for names[0..n-1], into buf. */
+static const char *
+name_list(char *buf, size_t size, const char *const *names, int n)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s",
+                                 i ? ", " : "", names[i]);
+    return buf;
+}
+
 /* Parses vectorcall arguments against names[0..n-1]; the first nreq are
 ** required. out[i] receives a borrowed reference or NULL. */
 static int
@@ -355,12 +368,14 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
            PyObject *kwnames, const char *const *names, int n, int nreq,
            PyObject **out)
 {
+    char list[128];
     nargs = PyVectorcall_NARGS(nargs);
     for (int i = 0; i < n; i++)
         out[i] = NULL;
     if (nargs > n) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments "
-                     "(%zd given)", fn, n, nargs);
+                     "(%zd given)\nhelp: %s() takes %s", fn, n, nargs, fn,
+                     name_list(list, sizeof list, names, n));
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -395,7 +410,10 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
         }
         if (out[found]) {
             PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
-                         "argument '%s'", fn, names[found]);
+                         "argument '%s'\nhelp: pass %s either by position or "
+                         "by name, not both (%s() takes %s)", fn,
+                         names[found], names[found], fn,
+                         name_list(list, sizeof list, names, n));
             return -1;
         }
         out[found] = args[nargs + j];
@@ -403,7 +421,8 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     for (int i = 0; i < nreq; i++)
         if (!out[i]) {
             PyErr_Format(PyExc_TypeError, "%s() missing required argument "
-                         "'%s'", fn, names[i]);
+                         "'%s'\nhelp: %s() takes %s", fn, names[i], fn,
+                         name_list(list, sizeof list, names, n));
             return -1;
         }
     return 0;
@@ -998,9 +1017,10 @@ index_get(IndexObject *self, PyObject *arg)
     return (PyObject *)v;
 }
 
-/* `x in index`, as for the keys of a dict: an integral float is that id
-** (5.0 == 5); anything else that is not an id is not in it. A closed
-** index raises whatever x is. */
+/* `x in index`, as for the keys of a dict: x is in it when an id is equal
+** to x with the same hash, so an integral float is that id (5.0 == 5) and
+** True is id 1 (True == 1); anything else that is not an id is not in it.
+** A closed index raises whatever x is. */
 static int
 index_contains(IndexObject *self, PyObject *arg)
 {
@@ -1012,12 +1032,34 @@ index_contains(IndexObject *self, PyObject *arg)
         if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
             return 0;
         id = (uint64_t)d;
-    } else if (get_id(arg, "__contains__", &id)) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
-            !PyErr_ExceptionMatches(PyExc_TypeError))
+    } else {
+        PyObject *o = arg;
+        if (PyLong_CheckExact(arg)) {
+            Py_INCREF(o);
+        } else if (!(o = PyObject_CallOneArg(h_key, arg))) {
             return -1;
-        PyErr_Clear(); /* not an id at all, or out of range: not in it */
-        return 0;
+        } else if (o == Py_None) {
+            Py_DECREF(o);
+            return 0; /* no int equals it: not an id */
+        }
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && v >= 0) {
+            id = (uint64_t)v;
+        } else if (overflow > 0) {
+            id = PyLong_AsUnsignedLongLong(o);
+            if (id == (uint64_t)-1 && PyErr_Occurred()) {
+                PyErr_Clear(); /* past 2**64 - 1: not an id */
+                Py_DECREF(o);
+                return 0;
+            }
+        } else {
+            Py_DECREF(o);
+            if (PyErr_Occurred())
+                return -1;
+            return 0; /* negative: not an id */
+        }
+        Py_DECREF(o);
     }
     if (enter(self, "the in operator"))
         return -1;
@@ -1290,7 +1332,8 @@ module_setup(PyObject *mod, PyObject *args)
         PyObject **slot;
         const char *name;
     } hs[] = {{&h_vectors, "vectors"}, {&h_ids, "ids"}, {&h_id, "one_id"},
-              {&h_count, "count"}, {&h_keyword, "bad_keyword"}};
+              {&h_count, "count"}, {&h_keyword, "bad_keyword"},
+              {&h_key, "key"}};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) {
         PyObject *f = PyObject_GetAttrString(helpers, hs[i].name);
         if (!f)
@@ -1306,7 +1349,9 @@ module_strerror(PyObject *mod, PyObject *arg)
     (void)mod;
     if (!PyLong_Check(arg))
         return PyErr_Format(PyExc_TypeError, "strerror() takes an integer "
-                            "code, not %s", Py_TYPE(arg)->tp_name);
+                            "code, not %s (%R)\nhelp: pass an int, such as "
+                            "the .code of a keel.Error",
+                            Py_TYPE(arg)->tp_name, arg);
     int overflow;
     long long rc = PyLong_AsLongLongAndOverflow(arg, &overflow);
     if (rc == -1 && PyErr_Occurred())
