@@ -404,9 +404,6 @@ def test_repr_of_a_handle_inherited_through_fork(path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-@pytest.mark.xfail(strict=False, reason="keel_close in a child forked while "
-                   "another thread was inside a search can hang (the C fix "
-                   "to keel_close is separate)")
 def test_fork_while_a_thread_searches_child_closes(path):
     v = vectors(2000, 16)
     index = keel.VectorIndex(path, 16)
