@@ -61,9 +61,18 @@ def suggest(name, accepted):
 
 def bad_keyword(fn, name, accepted):
     """Raise the TypeError for an unknown keyword argument of fn()."""
-    raise TypeError("%s() got an unexpected keyword argument %r%s "
-                    "(it takes %s)" % (fn, name, suggest(name, accepted),
+    raise TypeError("%s() got an unexpected keyword argument %r%s\nhelp: "
+                    "%s() takes %s" % (fn, name, suggest(name, accepted), fn,
                                        ", ".join(accepted)))
+
+
+def given(obj):
+    """obj as the caller wrote it, for a message: its type and repr (cut
+    short when long)."""
+    text = repr(obj)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return "%s (%s)" % (type(obj).__name__, text)
 
 
 def _shape_text(arr):
@@ -74,18 +83,25 @@ def vectors(obj, fn, dim, batch):
     """obj as a C-contiguous float32 array of shape (dim,) or (n, dim)."""
     what = "vectors" if fn == "add_batch" else (
         "queries" if batch else ("vector" if fn == "add" else "query"))
+    shape = "(n, %d)" % dim if batch else "(%d,)" % dim
     if obj is None or isinstance(obj, (str, bytes, dict)):
         raise TypeError("%s() takes %s as a numpy array of numbers, not %s"
-                        % (fn, what, type(obj).__name__))
+                        "\nhelp: pass a float32 array of shape %s"
+                        % (fn, what, given(obj), shape))
     try:
         arr = np.asarray(obj)
     except (ValueError, TypeError) as e:
-        raise TypeError("%s() could not read %s as an array of numbers: %s"
-                        % (fn, what, e)) from None
+        raise TypeError("%s() could not read %s %s as an array of numbers: "
+                        "%s\nhelp: pass a float32 array of shape %s (rows "
+                        "of equal length)" % (fn, what, given(obj), e, shape)) \
+            from None
     if arr.dtype.kind not in "fiu" or arr.dtype.kind == "f" and \
             arr.dtype.itemsize > 8:
-        raise TypeError("%s() takes %s of numbers (float32 best), not an "
-                        "array of dtype %s" % (fn, what, arr.dtype))
+        raise TypeError("%s() takes %s of numbers (float32 best), not %s, "
+                        "an array of dtype %s\nhelp: pass a float32 array of "
+                        "shape %s, such as np.asarray(%s, dtype=np.float32) "
+                        "if its values are numbers"
+                        % (fn, what, given(obj), arr.dtype, shape, what))
     if batch:
         if arr.ndim == 1 and arr.size == 0:
             arr = arr.reshape(0, dim)
@@ -98,7 +114,9 @@ def vectors(obj, fn, dim, batch):
                     "add" if fn == "add_batch" else "search", what))
         if arr.ndim != 2:
             raise ValueError("%s() takes a 2-D array of shape (n, %d), but "
-                             "was given a %s" % (fn, dim, _shape_text(arr)))
+                             "was given a %s\nhelp: pass one row of %d "
+                             "numbers per vector, such as %s.reshape(-1, %d)"
+                             % (fn, dim, _shape_text(arr), dim, what, dim))
     else:
         if arr.ndim == 2:
             raise ValueError(
@@ -108,15 +126,16 @@ def vectors(obj, fn, dim, batch):
                     "add_batch" if fn == "add" else "search_batch", what))
         if arr.ndim != 1:
             raise ValueError("%s() takes one %s as a 1-D array of %d numbers,"
-                             " but was given a %s" % (fn, what, dim,
-                                                      _shape_text(arr)))
+                             " but was given a %s\nhelp: pass a 1-D array of "
+                             "shape (%d,)" % (fn, what, dim, _shape_text(arr),
+                                              dim))
     if arr.shape[-1] != dim:
-        given = ("%s of %d numbers each" if batch else "a %s of %d numbers") \
+        got = ("%s of %d numbers each" if batch else "a %s of %d numbers") \
             % (what, arr.shape[-1])
         raise _errors.DimensionMismatchError(
             "%s() was given %s, but the index holds vectors of %d dimensions"
             "\nhelp: pass %d numbers per vector (an index's dimensions are "
-            "fixed when it is created)" % (fn, given, dim, dim))
+            "fixed when it is created)" % (fn, got, dim, dim))
     return _c_array(arr, np.float32)
 
 
@@ -128,40 +147,75 @@ def _c_array(arr, dtype):
                       requirements=["C_CONTIGUOUS", "ALIGNED"])
 
 
+_ID_RANGE = "ids are integers from 0 to 18446744073709551614 (2**64 - 2)"
+
+
+def _integral(obj):
+    """The int equal to a float-like obj (2.0, np.float32(2)), or None."""
+    if isinstance(obj, (float, np.floating)):
+        try:
+            if float(obj).is_integer():
+                return int(obj)
+        except (OverflowError, ValueError):
+            pass
+    return None
+
+
 def one_id(obj, fn):
     """obj as an int id, refusing what is not an integer."""
     if isinstance(obj, (bool, np.bool_)):
-        raise TypeError("%s() takes an integer id, not a bool" % fn)
+        raise TypeError("%s() takes an integer id, not a bool (%r)\nhelp: "
+                        "True and False are not ids; pass an int such as %d"
+                        % (fn, obj, int(obj)))
     if isinstance(obj, numbers.Integral) or hasattr(obj, "__index__"):
         try:
             return int(obj.__index__())
         except TypeError:
             pass
-    raise TypeError("%s() takes an integer id, not %s (%r)%s" % (
-        fn, type(obj).__name__, obj,
-        "\nhelp: keel ids are integers; keep your own mapping from names "
-        "to ids" if isinstance(obj, (str, bytes)) else ""))
+    if isinstance(obj, (str, bytes)):
+        hint = "keel ids are integers; keep your own mapping from names to ids"
+    elif _integral(obj) is not None:
+        hint = "pass the id as an int: %s" % (
+            "id=%d" % _integral(obj) if fn == "add"
+            else "%s(%d)" % (fn, _integral(obj)))
+    else:
+        hint = _ID_RANGE
+    raise TypeError("%s() takes an integer id, not %s\nhelp: %s"
+                    % (fn, given(obj), hint))
 
 
 def ids(obj, fn, n):
     """obj (an array or iterable of ints) as a C-contiguous uint64 array."""
     what = "ids" if fn == "add_batch" else "allowed"
+    example = "%s=[7, 8, 9]" % what
     if isinstance(obj, (str, bytes)):
-        raise TypeError("%s() takes %s as integers, not a %s" % (
-            fn, what, type(obj).__name__))
+        raise TypeError("%s() takes %s as integers, not %s\nhelp: pass a "
+                        "list or array of integer ids, such as %s"
+                        % (fn, what, given(obj), example))
+    original = obj
     if not isinstance(obj, np.ndarray):
         try:
             obj = list(obj)
         except TypeError:
             raise TypeError("%s() takes %s as an array or iterable of integer "
-                            "ids, not %s" % (fn, what, type(obj).__name__)) \
-                from None
-    arr = np.asarray(obj)
+                            "ids, not %s\nhelp: pass a list or array of "
+                            "integer ids, such as %s"
+                            % (fn, what, given(obj), example)) from None
+    try:
+        arr = np.asarray(obj)
+    except ValueError as e:     # ragged rows
+        raise ValueError("%s() could not read %s %s as a 1-D array of ids: "
+                         "%s\nhelp: pass a flat list or array of integer ids,"
+                         " such as %s" % (fn, what, given(original), e,
+                                          example)) from None
     if arr.size == 0:
         arr = arr.reshape(0).astype(np.uint64)
     if arr.ndim != 1:
-        raise ValueError("%s() takes %s as a 1-D array, but was given a %s"
-                         % (fn, what, _shape_text(arr)))
+        raise ValueError("%s() takes %s as a 1-D array, but was given %s, a "
+                         "%s\nhelp: pass a flat list or array of integer "
+                         "ids, such as %s (np.ravel() flattens one)"
+                         % (fn, what, given(original), _shape_text(arr),
+                            example))
     if arr.dtype.kind == "O":
         # Mixed or very large Python ints: check each.
         arr = np.array([one_id(x, fn) for x in arr], dtype=object)
@@ -180,10 +234,19 @@ def ids(obj, fn, n):
         arr = arr.astype(np.uint64)
     elif arr.dtype.kind != "u":
         first = arr.flat[0]
-        raise TypeError("%s() takes %s as integers, not %s (such as %r)%s" % (
-            fn, what, arr.dtype, first,
-            "\nhelp: keel ids are integers; keep your own mapping from names "
-            "to ids" if arr.dtype.kind in "US" else ""))
+        if arr.dtype.kind in "US":
+            hint = "keel ids are integers; keep your own mapping from names " \
+                "to ids"
+        elif arr.dtype.kind == "b":
+            hint = "True and False are not ids; to pass the positions of " \
+                "the True values of a mask, use np.flatnonzero(mask)"
+        elif arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and \
+                np.all(arr == np.floor(arr)):
+            hint = "convert them with %s.astype(np.uint64)" % what
+        else:
+            hint = _ID_RANGE
+        raise TypeError("%s() takes %s as integers, not %s (such as %r)"
+                        "\nhelp: %s" % (fn, what, arr.dtype, first, hint))
     if n >= 0 and len(arr) != n:
         raise ValueError("%s() was given %d ids for %d vectors\nhelp: pass "
                          "one id per row, or ids=None for automatic ids"
@@ -194,9 +257,36 @@ def ids(obj, fn, n):
 def count(obj, name, fn):
     """obj (k or ef) as an int, refusing floats, strings and bools."""
     if isinstance(obj, (bool, np.bool_)) or not hasattr(obj, "__index__"):
-        hint = ""
-        if isinstance(obj, float) and obj.is_integer():
-            hint = "\nhelp: pass %s=%d" % (name, int(obj))
-        raise TypeError("%s() takes %s as an integer, not %s (%r)%s" % (
-            fn, name, type(obj).__name__, obj, hint))
+        if _integral(obj) is not None:
+            hint = "pass %s=%d" % (name, _integral(obj))
+        elif name == "k":
+            hint = "pass how many results to return as an int, such as " \
+                "k=10 (leave k out for 10)"
+        else:
+            hint = "pass a search width as an int, such as ef=64, or " \
+                "ef=None for the index's ef_search"
+        raise TypeError("%s() takes %s as an integer, not %s\nhelp: %s"
+                        % (fn, name, given(obj), hint))
     return int(obj.__index__())
+
+
+def key(obj):
+    """The id that obj is as a dict key, for `obj in index`: an int equal
+    to obj with the same hash (True is 1, 5.0 and np.float32(5) are 5), or
+    None when no int is (5.5, "5", None, a list)."""
+    try:
+        h = hash(obj)
+        if isinstance(obj, (bool, np.bool_)):
+            return int(bool(obj))
+        if hasattr(obj, "__index__"):
+            i = int(obj.__index__())
+        else:
+            if isinstance(obj, numbers.Complex) and \
+                    not isinstance(obj, numbers.Real):
+                if obj.imag:
+                    return None
+                obj = obj.real
+            i = int(obj)
+        return i if hash(i) == h and bool(i == obj) else None
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        return None

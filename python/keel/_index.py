@@ -19,8 +19,10 @@ def _dimensions(value):
     if value is None:
         return 0
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("dimensions has to be an integer, not %s (%r)"
-                        % (type(value).__name__, value))
+        raise TypeError("dimensions has to be an integer, not %s (%r)\n"
+                        "help: give the length of the vectors as an int, "
+                        "such as 384 (or None to take it from an existing "
+                        "file)" % (type(value).__name__, value))
     value = int(value.__index__())
     if not 0 <= value <= 4096:
         from ._errors import InvalidArgumentError
@@ -36,8 +38,10 @@ def _path(path):
     try:
         return os.fspath(path)
     except TypeError:
-        raise TypeError("path has to be a str, bytes or os.PathLike, not %s"
-                        % type(path).__name__) from None
+        raise TypeError("path has to be a str, bytes or os.PathLike, not %s "
+                        "(%r)\nhelp: pass the index file's path, such as "
+                        "'vectors.keel'" % (type(path).__name__, path)) \
+            from None
 
 
 class VectorIndex(_keel.Index):
@@ -180,6 +184,9 @@ class VectorIndex(_keel.Index):
         if self._inherited:
             return "<keel.%s %r inherited through fork: close only>" % (
                 kind, self.path)
+        if self._busy:      # in a signal handler that interrupted a call
+            return "<keel.%s %r inside %s() on this thread>" % (
+                kind, self.path, self._busy)
         return "<keel.%s %r dimensions=%d metric=%r precision=%r len=%d%s>" % (
             kind, self.path, self.dimensions, self.metric, self.precision,
             len(self), " read_only" if self.read_only else "")

@@ -11,9 +11,11 @@
 ** other input goes to a helper in keel/_coerce.py, which converts it or
 ** raises TypeError / ValueError in Python terms.
 **
-** Threads: the GIL is released around every call into keel that may take
-** long or wait (adds, searches, deletes, flush, compact, refresh, open,
-** close). Each object has a read-write lock: calls hold it shared while they
+** Threads: the GIL is released around every call into keel, however
+** short: any call may wait for one of keel's locks (keel_stat and keel_check
+** on a writer take its write_lock), and add_batch and compact hold the
+** write_lock while their cancel callback waits for the GIL, so a call that
+** waited with the GIL held would deadlock. Each object has a read-write lock: calls hold it shared while they
 ** use the handle (compact too: keel lets searches go on during it); open
 ** and close hold it exclusive (keel_close must not race other calls on a
 ** handle). An object opens once, so its dimensions never change while a
@@ -23,7 +25,12 @@
 ** Signals: long calls (add_batch, compact) ask the Python signal handlers
 ** through keel_set_cancel about twenty times a second; a handler that
 ** raises (Ctrl-C's KeyboardInterrupt) stops the call, which changes nothing,
-** and the exception is raised when it returns.
+** and the exception is raised when it returns. Such a handler runs on the
+** thread that holds keel's write_lock and the object's lock, so it must not
+** use that object (keel.h: the callback must not call keel on the handle):
+** each thread keeps a list of the objects it is inside a callback-running
+** call of (busy_top), and every method of one of them raises RuntimeError
+** there instead of deadlocking.
 **
 ** Fork: a handle opened before fork() may only be closed in the child
 ** (keel.h); every other call there raises InvalidArgumentError.
@@ -52,6 +59,7 @@ static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
 static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
 static PyObject *h_id;              /* _coerce.one_id(obj, fn) */
 static PyObject *h_count;           /* _coerce.count(obj, name, fn) */
+static PyObject *h_key;             /* _coerce.key(obj): `obj in index` */
 static PyObject *h_keyword;         /* _coerce.bad_keyword(fn, name, names) */
 
 static unsigned long fork_generation; /* +1 in every child after fork() */
@@ -136,6 +144,35 @@ raise_keel(int rc, int opening)
 
 /* --- the Index type ------------------------------------------------------ */
 
+/* A call that runs Python code (signal handlers) from keel's cancel
+** callback while it holds the object's locks: one per such call in
+** progress on this thread, innermost first. Pushed and popped with the GIL
+** held, by the thread itself. */
+struct busy {
+    const void *obj;
+    const char *call;
+    struct busy *prev;
+};
+static _Thread_local struct busy *busy_top;
+
+/* Marks this thread as inside call (which runs Python signal handlers from
+** keel's cancel callback) on self until busy_pop(). */
+static void
+busy_push(struct busy *b, const void *self, const char *call)
+{
+    b->obj = self;
+    b->call = call;
+    b->prev = busy_top;
+    busy_top = b;
+}
+
+static void
+busy_pop(struct busy *b)
+{
+    busy_top = b->prev;
+}
+
+
 typedef struct {
     PyObject_HEAD
     keel_index *idx;            /* NULL when closed or not opened */
@@ -202,6 +239,28 @@ index_traverse(IndexObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* RuntimeError if this thread is inside a callback-running call on self
+** (a signal handler using the index its interrupted call is using): 0, or
+** -1 with the exception set. fn names the method refused. */
+static int
+check_reentry(IndexObject *self, const char *fn)
+{
+    for (const struct busy *b = busy_top; b; b = b->prev)
+        if (b->obj == (const void *)self) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "%s cannot use the index at %S: this thread is "
+                         "inside its %s(), which runs Python signal handlers "
+                         "while it holds the index\nhelp: a signal handler "
+                         "cannot use the index of the call it interrupted "
+                         "until that call returns; record what to do in the "
+                         "handler and do it after %s() returns (or raise in "
+                         "the handler to stop the call)",
+                         fn, self->path, b->call, b->call);
+            return -1;
+        }
+    return 0;
+}
+
 static PyObject *
 closed_error(IndexObject *self)
 {
@@ -227,8 +286,10 @@ inherited(IndexObject *self)
 ** same way before they look at their arguments: 0 or -1 with an
 ** exception. */
 static int
-check_usable(IndexObject *self)
+check_usable(IndexObject *self, const char *fn)
 {
+    if (check_reentry(self, fn))
+        return -1;
     if (inherited(self)) {
         raise_code(KEEL_EINVAL, "this index was opened in the parent process "
                    "before fork(); a child may only close it\nhelp: open the "
@@ -244,10 +305,12 @@ check_usable(IndexObject *self)
 }
 
 static int
-enter(IndexObject *self)
+enter(IndexObject *self, const char *fn)
 {
+    if (check_reentry(self, fn))
+        return -1;
     if (inherited(self))
-        return check_usable(self);
+        return check_usable(self, fn);
     if (pthread_rwlock_tryrdlock(&self->lock) != 0) {
         Py_BEGIN_ALLOW_THREADS
         pthread_rwlock_rdlock(&self->lock);
@@ -270,9 +333,9 @@ leave(IndexObject *self)
 /* enter() for a call that reads vectors a (shape (dim,) or (n, dim)):
 ** their length is checked again under the lock. */
 static int
-enter_vectors(IndexObject *self, PyArrayObject *a, int batch)
+enter_vectors(IndexObject *self, PyArrayObject *a, int batch, const char *fn)
 {
-    if (enter(self))
+    if (enter(self, fn))
         return -1;
     if (PyArray_DIM(a, batch) != (npy_intp)self->dim) {
         leave(self);
@@ -286,6 +349,18 @@ enter_vectors(IndexObject *self, PyArrayObject *a, int batch)
 
 /* --- arguments ----------------------------------------------------------- */
 
+/* "a, b, c" for names[0..n-1], into buf. */
+static const char *
+name_list(char *buf, size_t size, const char *const *names, int n)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s",
+                                 i ? ", " : "", names[i]);
+    return buf;
+}
+
 /* Parses vectorcall arguments against names[0..n-1]; the first nreq are
 ** required. out[i] receives a borrowed reference or NULL. */
 static int
@@ -293,12 +368,14 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
            PyObject *kwnames, const char *const *names, int n, int nreq,
            PyObject **out)
 {
+    char list[128];
     nargs = PyVectorcall_NARGS(nargs);
     for (int i = 0; i < n; i++)
         out[i] = NULL;
     if (nargs > n) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments "
-                     "(%zd given)", fn, n, nargs);
+                     "(%zd given)\nhelp: %s() takes %s", fn, n, nargs, fn,
+                     name_list(list, sizeof list, names, n));
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -333,7 +410,10 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
         }
         if (out[found]) {
             PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
-                         "argument '%s'", fn, names[found]);
+                         "argument '%s'\nhelp: pass %s either by position or "
+                         "by name, not both (%s() takes %s)", fn,
+                         names[found], names[found], fn,
+                         name_list(list, sizeof list, names, n));
             return -1;
         }
         out[found] = args[nargs + j];
@@ -341,7 +421,8 @@ parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     for (int i = 0; i < nreq; i++)
         if (!out[i]) {
             PyErr_Format(PyExc_TypeError, "%s() missing required argument "
-                         "'%s'", fn, names[i]);
+                         "'%s'\nhelp: %s() takes %s", fn, names[i], fn,
+                         name_list(list, sizeof list, names, n));
             return -1;
         }
     return 0;
@@ -497,6 +578,10 @@ index_open(IndexObject *self, PyObject *args)
                           &path_bytes, &dim, &metric, &precision, &m, &efc,
                           &efs, &threads, &flags, &reader))
         return NULL;
+    if (check_reentry(self, "__init__()")) {
+        Py_DECREF(path_bytes);
+        return NULL;
+    }
     /* Exclusive: no call may run while the object opens, and two opens of
      * one object must not both succeed. */
     Py_BEGIN_ALLOW_THREADS
@@ -538,7 +623,9 @@ index_open(IndexObject *self, PyObject *args)
         name = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_bytes);
     if (!name) {
+        Py_BEGIN_ALLOW_THREADS
         keel_close(idx);
+        Py_END_ALLOW_THREADS
         pthread_rwlock_unlock(&self->lock);
         return NULL;
     }
@@ -563,9 +650,13 @@ index_close(IndexObject *self, PyObject *unused)
          * and its state may be the parent's; close without it. */
         keel_index *idx = self->idx;
         self->idx = NULL;
+        Py_BEGIN_ALLOW_THREADS
         keel_close(idx);
+        Py_END_ALLOW_THREADS
         Py_RETURN_NONE;
     }
+    if (check_reentry(self, "close()"))
+        return NULL;
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     pthread_rwlock_wrlock(&self->lock);
@@ -596,7 +687,7 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyArrayObject *v = get_vectors(self, a[0], 0, "add");
     if (!v)
         return NULL;
-    if (enter_vectors(self, v, 0)) {
+    if (enter_vectors(self, v, 0, "add()")) {
         Py_DECREF(v);
         return NULL;
     }
@@ -631,15 +722,18 @@ index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (a[1] && a[1] != Py_None && !(ids = get_ids(a[1], "add_batch", n)))
         goto fail;
     out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_UINT64);
-    if (!out || enter_vectors(self, v, 1))
+    if (!out || enter_vectors(self, v, 1, "add_batch()"))
         goto fail;
     const float *data = PyArray_DATA(v);
     const uint64_t *idp = ids ? PyArray_DATA(ids) : NULL;
     uint64_t *outp = PyArray_DATA(out);
+    struct busy b;
+    busy_push(&b, self, "add_batch");
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_add_batch(self->idx, data, (size_t)n, idp, outp);
     Py_END_ALLOW_THREADS
+    busy_pop(&b);
     leave(self);
     Py_DECREF(v);
     Py_XDECREF(ids);
@@ -659,7 +753,7 @@ static PyObject *
 index_delete(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (get_id(arg, "delete", &id) || enter(self))
+    if (get_id(arg, "delete", &id) || enter(self, "delete()"))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -671,16 +765,26 @@ index_delete(IndexObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* flush, warm, refresh: no arguments, GIL released. */
+/* flush, warm, refresh, check, compact: no arguments, GIL released. name
+** is the method; runs_handlers is nonzero for a call that runs the cancel
+** callback (compact). */
 static PyObject *
-simple_call(IndexObject *self, int (*fn)(keel_index *))
+simple_call(IndexObject *self, int (*fn)(keel_index *), const char *name,
+            int runs_handlers)
 {
-    if (enter(self))
+    char what[32];
+    snprintf(what, sizeof what, "%s()", name);
+    if (enter(self, what))
         return NULL;
+    struct busy b;
+    if (runs_handlers)
+        busy_push(&b, self, name);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = fn(self->idx);
     Py_END_ALLOW_THREADS
+    if (runs_handlers)
+        busy_pop(&b);
     leave(self);
     if (rc)
         return raise_keel(rc, 0);
@@ -691,28 +795,28 @@ static PyObject *
 index_flush(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    return simple_call(self, keel_flush);
+    return simple_call(self, keel_flush, "flush", 0);
 }
 
 static PyObject *
 index_warm(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    return simple_call(self, keel_warm);
+    return simple_call(self, keel_warm, "warm", 0);
 }
 
 static PyObject *
 index_refresh(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    return simple_call(self, keel_refresh);
+    return simple_call(self, keel_refresh, "refresh", 0);
 }
 
 static PyObject *
 index_check(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    return simple_call(self, keel_check);
+    return simple_call(self, keel_check, "check", 0);
 }
 
 static PyObject *
@@ -721,7 +825,7 @@ index_compact(IndexObject *self, PyObject *unused)
     (void)unused;
     /* Shared, like a search: keel lets searches (and waits writes) go on
      * during a compaction; only close must wait for it. */
-    return simple_call(self, keel_compact);
+    return simple_call(self, keel_compact, "compact", 1);
 }
 
 /* --- reads --------------------------------------------------------------- */
@@ -818,7 +922,7 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 0))
+    if (enter_vectors(self, q, 0, "search()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
@@ -865,7 +969,7 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 1))
+    if (enter_vectors(self, q, 1, "search_batch()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     int rc;
@@ -891,7 +995,7 @@ static PyObject *
 index_get(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (get_id(arg, "get", &id) || enter(self))
+    if (get_id(arg, "get", &id) || enter(self, "get()"))
         return NULL;
     npy_intp dim = (npy_intp)self->dim;
     PyArrayObject *v = (PyArrayObject *)PyArray_SimpleNew(1, &dim,
@@ -913,28 +1017,51 @@ index_get(IndexObject *self, PyObject *arg)
     return (PyObject *)v;
 }
 
-/* `x in index`, as for the keys of a dict: an integral float is that id
-** (5.0 == 5); anything else that is not an id is not in it. A closed
-** index raises whatever x is. */
+/* `x in index`, as for the keys of a dict: x is in it when an id is equal
+** to x with the same hash, so an integral float is that id (5.0 == 5) and
+** True is id 1 (True == 1); anything else that is not an id is not in it.
+** A closed index raises whatever x is. */
 static int
 index_contains(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (check_usable(self))
+    if (check_usable(self, "the in operator"))
         return -1;
     if (PyFloat_Check(arg)) {
         double d = PyFloat_AS_DOUBLE(arg);
         if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
             return 0;
         id = (uint64_t)d;
-    } else if (get_id(arg, "__contains__", &id)) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
-            !PyErr_ExceptionMatches(PyExc_TypeError))
+    } else {
+        PyObject *o = arg;
+        if (PyLong_CheckExact(arg)) {
+            Py_INCREF(o);
+        } else if (!(o = PyObject_CallOneArg(h_key, arg))) {
             return -1;
-        PyErr_Clear(); /* not an id at all, or out of range: not in it */
-        return 0;
+        } else if (o == Py_None) {
+            Py_DECREF(o);
+            return 0; /* no int equals it: not an id */
+        }
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && v >= 0) {
+            id = (uint64_t)v;
+        } else if (overflow > 0) {
+            id = PyLong_AsUnsignedLongLong(o);
+            if (id == (uint64_t)-1 && PyErr_Occurred()) {
+                PyErr_Clear(); /* past 2**64 - 1: not an id */
+                Py_DECREF(o);
+                return 0;
+            }
+        } else {
+            Py_DECREF(o);
+            if (PyErr_Occurred())
+                return -1;
+            return 0; /* negative: not an id */
+        }
+        Py_DECREF(o);
     }
-    if (enter(self))
+    if (enter(self, "the in operator"))
         return -1;
     float *buf = PyMem_Malloc(self->dim * sizeof *buf);
     if (!buf) {
@@ -960,9 +1087,12 @@ index_contains(IndexObject *self, PyObject *arg)
 static Py_ssize_t
 index_len(IndexObject *self)
 {
-    if (enter(self))
+    if (enter(self, "len()"))
         return -1;
-    uint64_t n = keel_count(self->idx);
+    uint64_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = keel_count(self->idx);
+    Py_END_ALLOW_THREADS
     leave(self);
     return (Py_ssize_t)n;
 }
@@ -971,7 +1101,7 @@ static PyObject *
 index_pending(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self))
+    if (enter(self, "_pending()"))
         return NULL;
     uint64_t adds = 0, deletes = 0;
     int rc;
@@ -989,10 +1119,13 @@ static PyObject *
 index_stats(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self))
+    if (enter(self, "stats()"))
         return NULL;
     keel_stats st;
-    int rc = keel_stat(self->idx, &st);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_stat(self->idx, &st);
+    Py_END_ALLOW_THREADS
     leave(self);
     if (rc)
         return raise_keel(rc, 0);
@@ -1068,6 +1201,18 @@ get_inherited(IndexObject *self, void *closure)
     return PyBool_FromLong(inherited(self));
 }
 
+/* The call this thread is inside on self, running a signal handler
+** (such as 'add_batch'), or None. */
+static PyObject *
+get_busy(IndexObject *self, void *closure)
+{
+    (void)closure;
+    for (const struct busy *b = busy_top; b; b = b->prev)
+        if (b->obj == (const void *)self)
+            return PyUnicode_FromString(b->call);
+    Py_RETURN_NONE;
+}
+
 static PyGetSetDef index_getset[] = {
     {"dimensions", (getter)get_dimensions, NULL,
      "Length of the vectors (int).", NULL},
@@ -1081,6 +1226,9 @@ static PyGetSetDef index_getset[] = {
     {"closed", (getter)get_closed, NULL, "True once closed.", NULL},
     {"_inherited", (getter)get_inherited, NULL, "True in a child process "
      "for a handle opened before fork() (it may only be closed).", NULL},
+    {"_busy", (getter)get_busy, NULL, "The call ('add_batch', 'compact') "
+     "this thread is inside on the index, running a signal handler; None "
+     "when it is in none.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1184,7 +1332,8 @@ module_setup(PyObject *mod, PyObject *args)
         PyObject **slot;
         const char *name;
     } hs[] = {{&h_vectors, "vectors"}, {&h_ids, "ids"}, {&h_id, "one_id"},
-              {&h_count, "count"}, {&h_keyword, "bad_keyword"}};
+              {&h_count, "count"}, {&h_keyword, "bad_keyword"},
+              {&h_key, "key"}};
     for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) {
         PyObject *f = PyObject_GetAttrString(helpers, hs[i].name);
         if (!f)
@@ -1200,7 +1349,9 @@ module_strerror(PyObject *mod, PyObject *arg)
     (void)mod;
     if (!PyLong_Check(arg))
         return PyErr_Format(PyExc_TypeError, "strerror() takes an integer "
-                            "code, not %s", Py_TYPE(arg)->tp_name);
+                            "code, not %s (%R)\nhelp: pass an int, such as "
+                            "the .code of a keel.Error",
+                            Py_TYPE(arg)->tp_name, arg);
     int overflow;
     long long rc = PyLong_AsLongLongAndOverflow(arg, &overflow);
     if (rc == -1 && PyErr_Occurred())

@@ -31,8 +31,10 @@ LIMITS = {"max_connections": (2, 32767), "ef_construction": (1, 100000),
 
 def _int_option(name, value):
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("option %s takes an integer, not %s (%r)"
-                        % (name, type(value).__name__, value))
+        raise TypeError("option %s takes an integer, not %s (%r)\nhelp: "
+                        "pass an int from %d to %d; the default is %d"
+                        % (name, type(value).__name__, value, LIMITS[name][0],
+                           LIMITS[name][1], DEFAULTS[name]))
     value = int(value.__index__())
     lo, hi = LIMITS[name]
     if not lo <= value <= hi:
@@ -73,7 +75,9 @@ class IndexOptions:
     def __init__(self, *args, **kwargs):
         if len(args) > len(FIELDS):
             raise TypeError("IndexOptions() takes at most %d positional "
-                            "arguments (%d given)" % (len(FIELDS), len(args)))
+                            "arguments (%d given)\nhelp: the options are %s; "
+                            "pass them by name" % (len(FIELDS), len(args),
+                                                   ", ".join(FIELDS)))
         given = dict(zip(FIELDS, args))
         for name, value in kwargs.items():
             if name not in FIELDS:
@@ -82,7 +86,8 @@ class IndexOptions:
                                         ", ".join(FIELDS)))
             if name in given:
                 raise TypeError("IndexOptions() got multiple values for %r"
-                                % name)
+                                "\nhelp: pass %s either by position or by "
+                                "name, not both" % (name, name))
             given[name] = value
         for name in FIELDS:
             setattr(self, name, DEFAULTS[name])
@@ -99,12 +104,16 @@ class IndexOptions:
             value = _name_option(name, value, PRECISIONS)
         elif name in ("warm", "huge_pages"):
             if not isinstance(value, bool) and value not in (0, 1):
-                raise TypeError("option %s takes True or False, not %r"
-                                % (name, value))
+                raise TypeError("option %s takes True or False, not %s (%r)"
+                                "\nhelp: pass %s=True or %s=False"
+                                % (name, type(value).__name__, value, name,
+                                   name))
             value = bool(value)
         elif name != "_given":
-            raise AttributeError("unknown option %r%s" % (
-                name, _coerce.suggest(name, FIELDS)))
+            raise AttributeError("unknown option %r%s\nhelp: the options "
+                                 "are %s" % (name,
+                                             _coerce.suggest(name, FIELDS),
+                                             ", ".join(FIELDS)))
         object.__setattr__(self, name, value)
         if name != "_given" and hasattr(self, "_given"):
             object.__setattr__(self, "_given", self._given | {name})
@@ -150,7 +159,9 @@ class IndexOptions:
             opts = cls(**options)
         else:
             raise TypeError("options has to be a keel.IndexOptions or a dict,"
-                            " not %s" % type(options).__name__)
+                            " not %s\nhelp: pass keel.IndexOptions(...) or "
+                            "a dict such as {'metric': 'cosine'}, or the "
+                            "options as keywords" % _coerce.given(options))
         for name, value in (extra or {}).items():
             if name not in FIELDS:
                 raise TypeError("unknown option %r%s\nhelp: the options are "

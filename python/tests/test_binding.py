@@ -6,6 +6,9 @@ import errno
 import gc
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -14,6 +17,7 @@ import numpy as np
 import pytest
 
 import keel
+from conftest import subprocess_env
 
 
 def vectors(n, dim, seed=1):
@@ -397,9 +401,6 @@ def test_repr_of_a_handle_inherited_through_fork(path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-@pytest.mark.xfail(strict=False, reason="keel_close in a child forked while "
-                   "another thread was inside a search can hang (the C fix "
-                   "to keel_close is separate)")
 def test_fork_while_a_thread_searches_child_closes(path):
     v = vectors(2000, 16)
     index = keel.VectorIndex(path, 16)
@@ -426,3 +427,129 @@ def test_fork_while_a_thread_searches_child_closes(path):
         thread.join()
         index.close()
     assert statuses == [0] * 5
+
+
+# --- calls on other threads while a long call runs ------------------------
+#
+# A long add_batch or compact holds keel's write_lock while its cancel
+# callback asks for the GIL, so every binding call that may wait on a keel
+# lock must release the GIL. A regression hangs the interpreter with the GIL
+# held (no Python-level timeout can fire), so these run in a child process
+# with a C watchdog (faulthandler) and a timeout.
+
+def run_script(script, timeout=90):
+    out = subprocess.run([sys.executable, "-X", "dev", "-c",
+                          textwrap.dedent(script)],
+                         env=subprocess_env(), capture_output=True,
+                         text=True, timeout=timeout)
+    return out.returncode, out.stdout, out.stderr
+
+
+OTHER_CALLS = """
+    import faulthandler, os, sys, threading, time
+    import numpy as np, keel
+    faulthandler.dump_traceback_later(30, exit=True)
+    ix = keel.VectorIndex(%r, 32, threads=2)
+    v = np.random.default_rng(0).random((50000, 32), dtype=np.float32)
+
+    def get(i):
+        try:
+            ix.get(i)
+        except KeyError:
+            pass
+
+    # Every call that may wait on a keel lock, each made while the long
+    # call runs on another thread.
+    CALLS = [ix.stats, ix.check, ix._pending, ix.__len__, ix.flush,
+             lambda: 5 in ix, lambda: get(5), lambda: ix.search(v[5], k=1),
+             lambda: ix.search_batch(v[:2], k=1), ix.warm, ix.refresh]
+
+    def during(long_call):
+        for call in CALLS:
+            t = threading.Thread(target=long_call)
+            t.start()
+            time.sleep(0.1)
+            call()
+            t.join()
+
+    %s
+    ix.close()
+    print("ok")
+"""
+
+
+def test_calls_on_another_thread_during_add_batch_do_not_deadlock(path):
+    body = """
+    batches = iter(range(0, 50000, 4000))
+    during(lambda: ix.add_batch(v[next(batches):][:4000]))
+    ix.flush()
+    assert len(ix) == 4000 * len(CALLS)
+    """
+    rc, out, err = run_script(OTHER_CALLS % (path, body))
+    assert rc == 0 and out == "ok\n", (rc, out, err)
+
+
+def test_calls_on_another_thread_during_compact_do_not_deadlock(path):
+    body = """
+    ix.add_batch(v[:12000])
+    ix.flush()
+    for i in range(0, 12000, 3):
+        ix.delete(i)
+    ix.flush()
+    CALLS[:] = CALLS[:5]
+    during(ix.compact)
+    assert ix.stats()["deleted"] == 0 and len(ix) == 8000
+    """
+    rc, out, err = run_script(OTHER_CALLS % (path, body))
+    assert rc == 0 and out == "ok\n", (rc, out, err)
+
+
+# --- a signal handler that uses the index its call is using ----------------
+
+def test_a_signal_handler_using_the_index_of_its_call_raises(path):
+    # The handler runs inside add_batch's cancel callback, on the thread
+    # that holds the index's locks: using that index there would deadlock,
+    # so it raises RuntimeError; raising from the handler cancels the batch.
+    script = """
+    import faulthandler, signal, sys
+    import numpy as np, keel
+    faulthandler.dump_traceback_later(30, exit=True)
+    ix = keel.VectorIndex(%r, 32, threads=1)
+    v = np.random.default_rng(0).random((200000, 32), dtype=np.float32)
+    seen = []
+
+    def status(sig, frame):
+        seen.append(repr(ix))
+        ix.stats()
+    signal.signal(signal.SIGALRM, status)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        ix.add_batch(v)
+        print("no error", seen)
+    except RuntimeError as e:
+        print("raised", len(ix), ix._pending(), seen)
+        print(str(e))
+    # Caught in the handler: the call goes on to its end.
+    def caught(sig, frame):
+        try:
+            len(ix)
+        except RuntimeError as e:
+            seen.append(str(e))
+    signal.signal(signal.SIGALRM, caught)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    ix.add_batch(v[:20000])
+    print("done", len(ix), len(seen), repr(seen[-1]))
+    print(ix.stats()["count"])
+    ix.flush()
+    ix.close()
+    """ % path
+    rc, out, err = run_script(script)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert lines[0] == "raised 0 (0, 0) [\"<keel.VectorIndex %r inside " \
+        "add_batch() on this thread>\"]" % path, out
+    assert "stats() cannot use the index at %s" % path in lines[1], out
+    assert "this thread is inside its add_batch()" in lines[1], out
+    assert lines[2].startswith("help: ") and "signal handler" in lines[2]
+    assert lines[3].startswith("done 20000 2 ") and "len()" in lines[3], out
+    assert lines[4] == "20000"

@@ -261,3 +261,95 @@ def test_unknown_keywords_suggest_the_right_name(index):
         index.search(k=5)
     with pytest.raises(TypeError, match="at most"):
         index.search(np.ones(4), 5, 5, None, 1)
+
+
+def bad_arguments(ix):
+    """(call as written, what the message quotes, fn) for each mistake."""
+    q = np.ones(4, np.float32)
+    return [
+        ("search(q, k=1.5)", "float (1.5)", lambda: ix.search(q, k=1.5)),
+        ("search(q, k=2.0)", "k=2", lambda: ix.search(q, k=2.0)),
+        ("search(q, k=True)", "bool (True)", lambda: ix.search(q, k=True)),
+        ("search(q, k=None)", "NoneType (None)",
+         lambda: ix.search(q, k=None)),
+        ("search(q, k=np.float32(2))", "k=2",
+         lambda: ix.search(q, k=np.float32(2))),
+        ("search(q, ef='64')", "str ('64')", lambda: ix.search(q, ef="64")),
+        ("search_batch(q2, k=2.5)", "float (2.5)",
+         lambda: ix.search_batch(q[None], k=2.5)),
+        ("get(1.0)", "float (1.0)", lambda: ix.get(1.0)),
+        ("get(1.5)", "float (1.5)", lambda: ix.get(1.5)),
+        ("get('1')", "str ('1')", lambda: ix.get("1")),
+        ("get(True)", "bool (True)", lambda: ix.get(True)),
+        ("get(np.True_)", "bool (True)", lambda: ix.get(np.True_)),
+        ("get(None)", "NoneType (None)", lambda: ix.get(None)),
+        ("delete(1.0)", "float (1.0)", lambda: ix.delete(1.0)),
+        ("delete(False)", "bool (False)", lambda: ix.delete(False)),
+        ("add(q, id=1.0)", "id=1", lambda: ix.add(q, id=1.0)),
+        ("add(q, id=True)", "bool (True)", lambda: ix.add(q, id=True)),
+        ("add_batch(ids=floats)", "float64 (such as 7.0)",
+         lambda: ix.add_batch(np.ones((2, 4)), ids=np.array([7.0, 8.0]))),
+        ("add_batch(ids=bools)", "bool (such as True)",
+         lambda: ix.add_batch(np.ones((2, 4)), ids=[True, False])),
+        ("add_batch(ids='ab')", "str ('ab')",
+         lambda: ix.add_batch(np.ones((2, 4)), ids="ab")),
+        ("add_batch(ids=5)", "int (5)",
+         lambda: ix.add_batch(np.ones((2, 4)), ids=5)),
+        ("search(q, allowed=[[1]])", "list ([[1]])",
+         lambda: ix.search(q, allowed=[[1]])),
+        ("search(q, allowed=[1.5])", "float64 (such as 1.5)",
+         lambda: ix.search(q, allowed=[1.5])),
+        ("search(q, allowed=mask)", "np.flatnonzero",
+         lambda: ix.search(q, allowed=np.array([True, False]))),
+        ("search(None)", "NoneType (None)", lambda: ix.search(None)),
+        ("search({})", "dict ({})", lambda: ix.search({})),
+        ("search(ragged)", "list ([[1, 2], [3]])",
+         lambda: ix.search([[1, 2], [3]])),
+        ("search(3-D)", "3-D array", lambda: ix.search(np.ones((1, 1, 4)))),
+        ("search_batch(3-D)", "3-D array",
+         lambda: ix.search_batch(np.ones((1, 1, 4)))),
+        ("search(strings)", "list (['a', 'b'", lambda: ix.search(list("abcd"))),
+        ("search(q, 1, 2, 3, 4)", "5 given",
+         lambda: ix.search(q, 1, 2, None, 4)),
+        ("search(q, 5, k=5)", "'k'", lambda: ix.search(q, 5, k=5)),
+        ("search(k=5)", "'query'", lambda: ix.search(k=5)),
+        ("search(q, top_k=5)", "'top_k'", lambda: ix.search(q, top_k=5)),
+        ("VectorIndex(p, 4.0)", "float (4.0)",
+         lambda: keel.VectorIndex(ix.path + "x", 4.0)),
+        ("VectorIndex(42, 4)", "int (42)", lambda: keel.VectorIndex(42, 4)),
+        ("VectorIndex(p, 4, M=2.5)", "float (2.5)",
+         lambda: keel.VectorIndex(ix.path + "x", 4, max_connections=2.5)),
+        ("VectorIndex(p, 4, warm='yes')", "str ('yes')",
+         lambda: keel.VectorIndex(ix.path + "x", 4, warm="yes")),
+        ("VectorIndex(p, 4, options=[1])", "list ([1])",
+         lambda: keel.VectorIndex(ix.path + "x", 4, options=[1])),
+        ("strerror('1')", "str ('1')", lambda: keel.strerror("1")),
+    ]
+
+
+def test_every_mistake_names_the_value_and_ends_with_help(index):
+    quiet = []
+    for label, quoted, call in bad_arguments(index):
+        try:
+            call()
+        except (TypeError, ValueError, AttributeError) as e:
+            text = str(e)
+            lines = text.split("\n")
+            if quoted not in text or len(lines) < 2 or \
+                    not lines[-1].startswith("help: "):
+                quiet.append("%s: %r" % (label, text))
+        else:
+            quiet.append("%s: no error" % label)
+    assert not quiet, "\n".join(quiet)
+    assert len(index) == 4
+
+
+def test_membership_is_that_of_dict_keys(index):
+    from decimal import Decimal
+    from fractions import Fraction
+    keys = dict.fromkeys(range(4))       # the index holds ids 0..3
+    for x in (True, False, np.True_, 1, 1.0, np.float32(2), np.int64(3),
+              Decimal(2), Fraction(3), complex(1, 0), 4, 3.5, -1, -1.0,
+              2**64 - 1, 2**64, 2**70, float("inf"), float("nan"), "1",
+              b"1", None, (1,), Decimal("NaN"), complex(1, 1)):
+        assert (x in index) == (x in keys), x
