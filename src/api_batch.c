@@ -88,7 +88,7 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
             char at[64];
             rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu%s in "
                             "%s\nhelp: check the id; deleted vectors cannot "
-                            "be read (pass a found mask to read the others)",
+                            "be read",
                             (unsigned long long)ids[i],
                             position(at, sizeof at, i, n), idx->path);
         }
