@@ -56,6 +56,10 @@ int cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
 int cli_u32(const char *cmd, const char *what, const char *s, uint32_t min,
             uint32_t max, uint32_t *out);
 
+/* A usage error if an id repeats among ids[0..n) (the ID arguments of
+** cmd): names it and which arguments hold it. */
+int cli_repeated_id(const char *cmd, const uint64_t *ids, size_t n);
+
 /* A usage error: "keel CMD: <what>" then "help: <help>" (a pointer to the
 ** command's help if help is NULL). Returns CLI_USAGE. */
 int cli_usage(const char *cmd, const char *help, const char *fmt, ...)
@@ -126,5 +130,7 @@ int cmd_check(int argc, char **argv);
 int cmd_delete(int argc, char **argv);
 int cmd_get(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
+int cmd_ids(int argc, char **argv);
+int cmd_backup(int argc, char **argv);
 
 #endif /* KEEL_CLI_H */

@@ -165,6 +165,11 @@ cmd_delete(int argc, char **argv)
             return rc;
         }
     }
+    rc = cli_repeated_id("delete", ids, nids);
+    if (rc != CLI_OK) {
+        free(ids);
+        return rc;
+    }
 
     memset(&opt, 0, sizeof opt);
     rc = cli_open_writer(argv[0], 0, &opt, 0, 0, &idx);
@@ -174,9 +179,7 @@ cmd_delete(int argc, char **argv)
     }
     /* On any failure the handle is closed without a flush, which drops the
     ** deletes already made: all or nothing. */
-    int krc = KEEL_OK;
-    for (size_t i = 0; i < nids && krc == KEEL_OK; i++)
-        krc = keel_delete(idx, ids[i]);
+    int krc = keel_delete_batch(idx, ids, nids);
     if (krc == KEEL_OK)
         krc = keel_flush(idx);
     if (krc != KEEL_OK)
@@ -195,33 +198,50 @@ cmd_get(int argc, char **argv)
 {
     static const char *const names[] = {"INDEX", "ID"};
     keel_index *idx = NULL;
-    uint64_t id;
-    float *vec;
+    uint64_t *ids;
+    float *vecs = NULL;
     int npos, rc;
 
     rc = cli_parse("get", argc, argv, NULL, 0, &npos);
     if (rc == CLI_OK)
-        rc = cli_want("get", npos, argv, names, 2, 0);
-    if (rc == CLI_OK)
-        rc = cli_u64("get", "id", argv[1], 0, MAX_ID, &id);
-    if (rc == CLI_OK)
-        rc = cli_open_reader(argv[0], NULL, &idx);
+        rc = cli_want("get", npos, argv, names, 2, 1);
     if (rc != CLI_OK)
         return rc;
+    size_t nids = (size_t)npos - 1;
+    ids = malloc(nids * sizeof *ids);
+    if (ids == NULL)
+        return cli_fail("read fewer ids at a time", "out of memory for %zu "
+                        "ids", nids);
+    for (size_t i = 0; i < nids && rc == CLI_OK; i++)
+        rc = cli_u64("get", "id", argv[i + 1], 0, MAX_ID, &ids[i]);
+    if (rc == CLI_OK)
+        rc = cli_open_reader(argv[0], NULL, &idx);
+    if (rc != CLI_OK) {
+        free(ids);
+        return rc;
+    }
     uint32_t dim = keel_dim(idx);
-    vec = malloc((dim ? dim : 1) * sizeof *vec);
-    if (vec == NULL)
-        return close_index(idx, cli_fail("free some memory and try again",
-                                         "out of memory for %u floats", dim));
-    int krc = keel_get(idx, id, vec);
+    if (nids <= SIZE_MAX / sizeof *vecs / (dim ? dim : 1))
+        vecs = malloc(nids * (dim ? dim : 1) * sizeof *vecs);
+    if (vecs == NULL) {
+        free(ids);
+        return close_index(idx, cli_fail("read fewer ids at a time",
+                                         "out of memory for %zu vectors of "
+                                         "%u floats", nids, dim));
+    }
+    /* All or nothing: a missing id prints nothing but the error. */
+    int krc = keel_get_batch(idx, ids, nids, vecs, NULL);
     if (krc != KEEL_OK) {
         rc = cli_keel_error(krc);
     } else {
-        for (uint32_t i = 0; i < dim; i++)
-            printf("%s%.9g", i ? " " : "", (double)vec[i]);
-        putchar('\n');
+        for (size_t r = 0; r < nids; r++) {
+            for (uint32_t i = 0; i < dim; i++)
+                printf("%s%.9g", i ? " " : "", (double)vecs[r * dim + i]);
+            putchar('\n');
+        }
     }
-    free(vec);
+    free(vecs);
+    free(ids);
     return close_index(idx, rc);
 }
 

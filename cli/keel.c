@@ -85,14 +85,40 @@ static const struct command commands[] = {
     {"delete", cmd_delete, "delete vectors by id",
      "usage: keel delete INDEX ID...\n"
      "\n"
-     "Deletes every ID, then flushes once. If any ID fails (no live vector\n"
-     "has it) nothing is deleted and the exit status is 1.\n"},
-    {"get", cmd_get, "print one stored vector",
-     "usage: keel get INDEX ID\n"
+     "Deletes every ID, then flushes once, all or nothing: if an ID is\n"
+     "repeated (exit status 2) or has no live vector (exit status 1),\n"
+     "nothing is deleted.\n"},
+    {"get", cmd_get, "print stored vectors",
+     "usage: keel get INDEX ID...\n"
      "\n"
-     "Prints the stored vector of ID on one line, space-separated. Cosine\n"
+     "Prints the stored vector of each ID on its own line, space-separated,\n"
+     "in the order the ids are given (an id may repeat). If any ID has no\n"
+     "live vector, nothing is printed and the exit status is 1. Cosine\n"
      "indexes store vectors normalized; f16 indexes print the rounded\n"
-     "values.\n"},
+     "values. Opens the index read-only.\n"},
+    {"ids", cmd_ids, "print every live id",
+     "usage: keel ids INDEX [--json]\n"
+     "\n"
+     "Prints the id of every live vector of the last flush, one a line, in\n"
+     "increasing order; with --json, one object {\"index\", \"count\",\n"
+     "\"ids\": [...]}. Opens the index read-only.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print one JSON object\n"},
+    {"backup", cmd_backup, "copy an index's last flush, while it is written",
+     "usage: keel backup INDEX DEST [--json]\n"
+     "\n"
+     "Writes a copy of INDEX's last flush to DEST: a file that opens as an\n"
+     "index with exactly that flush's ids, vectors and graph. A writer may go\n"
+     "on writing INDEX meanwhile (if it flushes during the copy, the copy\n"
+     "starts again from the new flush). Only written regions are copied.\n"
+     "The copy goes to a temporary file beside DEST, is synced, then\n"
+     "renamed over DEST: DEST holds its old content or the whole copy, even\n"
+     "after a crash. An existing DEST is replaced. Opens INDEX read-only.\n"
+     "To restore, stop the writer and rename the copy over INDEX.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print the summary as one JSON object\n"},
     {"compact", cmd_compact, "rewrite an index without its deleted vectors",
      "usage: keel compact INDEX\n"
      "\n"

@@ -7,7 +7,8 @@
 **
 ** THREADS
 **   A keel_index handle may be shared by threads. Searches (keel_search,
-**   keel_search_batch, keel_get, keel_count, keel_dim) run concurrently with
+**   keel_search_batch, keel_get, keel_get_batch, keel_ids, keel_count,
+**   keel_dim) run concurrently with
 **   each other and, on a writer, with adds, deletes and flushes on the same
 **   handle: writes are serialized among themselves, searches take no lock
 **   that a write holds. During keel_compact, searches go on against the
@@ -280,6 +281,64 @@ typedef struct keel_publish_options {
 ** adds and flushes wait while it runs). */
 int keel_publish(keel_index *idx, const char *url,
                  const keel_publish_options *opt);
+
+/* Many at once. */
+
+/* Copies the stored vectors of n ids into out (n * dim floats, row i for
+** ids[i]; an id may repeat). With found NULL it is all or nothing: if any id
+** has no live vector, KEEL_ENOTFOUND names the first such id and its
+** position, and out is unchanged. With found (n bytes) every id is looked
+** up: found[i] = 1 and row i holds the vector, or found[i] = 0 and row i is
+** NaN, and the call returns KEEL_OK even if none was found. All ids are read
+** from one view: a reader's one snapshot, a writer's own state at the call.
+** Vectors are stored as keel_get describes. */
+int keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n,
+                   float *out, unsigned char *found);
+
+/* Deletes the live vectors of n distinct ids, all or none: if an id repeats
+** (KEEL_EINVAL) or has no live vector (KEEL_ENOTFOUND), the message names it
+** and its position, and nothing is deleted. Like keel_delete, hidden at
+** once and durable at the next flush. n 0 does nothing. */
+int keel_delete_batch(keel_index *idx, const uint64_t *ids, size_t n);
+
+/* Listing the live ids, in increasing order, a page at a time: out (cap
+** entries) receives up to cap live ids greater than after, smallest first,
+** and *n_out how many. after = KEEL_IDS_FIRST starts at the smallest id
+** (UINT64_MAX is never an id). The listing is complete when *n_out < cap;
+** otherwise call again with after = the last id returned:
+**
+**     uint64_t after = KEEL_IDS_FIRST, buf[4096];
+**     size_t n;
+**     do {
+**         if (keel_ids(idx, after, buf, 4096, &n)) break;   (error)
+**         ... use buf[0..n) ...
+**         if (n) after = buf[n - 1];
+**     } while (n == 4096);
+**
+** Each page is one consistent view: on a reader, a fresh snapshot of the
+** last flush; on a writer, its own state (unflushed adds and deletes
+** included). Between pages a writer may go on: ids it adds past `after`
+** appear in later pages, ids it deletes before their page never appear, and
+** a page never repeats or reorders ids. Each call reads every slot's id
+** (O(count)): ask for large pages (cap >= keel_count lists all at once). */
+#define KEEL_IDS_FIRST UINT64_MAX
+int keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
+             size_t *n_out);
+
+/* Backup: writes a copy of the index's last flush to path, a file that
+** opens as an index of its own and holds exactly that flush's ids, vectors
+** and graph (searches on it return what searches on that flush return, bit
+** for bit). A writer goes on adding and deleting while the copy is made;
+** its flushes (and keel_compact) wait until the copy is done. On a reader
+** the copy is of a snapshot; a flush of the writer during the copy makes it
+** start again from the new flush (KEEL_ELOCKED after 16 such rounds).
+** Only written regions are copied: holes stay holes. The copy is written to
+** a temporary file beside path (path.keel-tmp-PID), synced, renamed over
+** path, and the directory synced: path holds either its old content or the
+** whole copy, never part of it, even after a crash or power loss (a killed
+** backup may leave its temporary file). path must not name the index
+** itself; an existing file at path is replaced. */
+int keel_backup(keel_index *idx, const char *path);
 
 /* This thread's last failure: what, then "help: ...". "" if none. */
 const char *keel_errmsg(void);

@@ -205,6 +205,7 @@ index_new(const char *path, const keel_options *o, int writer)
     pthread_mutex_init(&idx->write_lock, NULL);
     pthread_mutex_init(&idx->pool_lock, NULL);
     pthread_rwlock_init(&idx->swap_lock, NULL);
+    pthread_cond_init(&idx->backup_done, NULL);
     return idx;
 }
 
@@ -224,6 +225,7 @@ index_free(keel_index *idx)
         pthread_mutex_destroy(&idx->write_lock);
         pthread_mutex_destroy(&idx->pool_lock);
         pthread_rwlock_destroy(&idx->swap_lock);
+        pthread_cond_destroy(&idx->backup_done);
     }
     free(idx->path);
     keel__free(idx);
@@ -704,6 +706,7 @@ keel_flush(keel_index *idx)
     if (rc)
         return rc;
     pthread_mutex_lock(&idx->write_lock);
+    keel__backup_wait(idx);
     rc = keel__store_commit(idx->st);
     if (!rc && (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES))
         keel__huge_pages_advise(idx);

@@ -41,6 +41,10 @@ struct keel_index {
         uint32_t dim;
         uint8_t identity[KEEL_IDENTITY_BYTES];
     } foreign;
+    /* Writer: backups copying the last commit (backup.c), under
+     * write_lock; flushes wait on backup_done while it is nonzero. */
+    unsigned backups;
+    pthread_cond_t backup_done;
 };
 
 int keel__index_attach(keel_index *idx, keel_store *st);
@@ -59,5 +63,9 @@ int keel__warm_start(keel_index *idx);
 void keel__warm_stop(keel_index *idx);
 void keel__huge_pages_advise(keel_index *idx);
 void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
+
+/* backup.c: with write_lock held, waits until no backup copies the last
+** commit (a commit must not move it while one does). */
+void keel__backup_wait(keel_index *idx);
 
 #endif /* KEEL_API_H */

@@ -117,7 +117,8 @@ keel__corrupt(const char *file, int line, const char *fmt, ...)
     const char *base = strrchr(file, '/');
     snprintf(errmsg, sizeof errmsg,
              "%s (check at %s:%d)\nhelp: the file is damaged; restore it from "
-             "a backup or rebuild the index from its vectors",
+             "a backup (made by keel backup, keel_backup or backup()) or "
+             "rebuild the index from its vectors",
              what, base ? base + 1 : file, line);
     trim_utf8(errmsg, sizeof errmsg);
     return KEEL_ECORRUPT;

@@ -134,6 +134,7 @@ keel_compact(keel_index *idx)
                           "reader\nhelp: compact through the writer "
                           "instead", idx->path);
     pthread_mutex_lock(&idx->write_lock);
+    keel__backup_wait(idx);
     keel_store *old = idx->st, *nw = NULL;
     keel_graph *ngr = NULL;
     char *tmp = keel__path_plus(idx->path, ".compacting"), *dir = parent_dir(idx->path);

@@ -1534,3 +1534,31 @@ keel__store_superseded(const keel_store *st)
                        : KEEL_LOAD_ACQUIRE(&st->snap_flags)) &
            KEEL_FLAG_SUPERSEDED;
 }
+
+/* Writer: makes room for n more deletes of these slots (keel_delete_batch),
+** so that keel__store_delete of each of them cannot fail: all or none. */
+int
+keel__store_delete_prepare(keel_store *st, const uint64_t *slots, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slots[j], &i);
+        if (st->pend_bits[k])
+            continue;
+        uint64_t *bits = keel__calloc((size_t)((st->seg[k].slots + 63) / 64), 8);
+        if (!bits)
+            return KEEL_ENOMEM;
+        KEEL_STORE_RELEASE(&st->pend_bits[k], bits);
+    }
+    if (st->pend_cap - st->pend_n < n) {
+        size_t cap = st->pend_cap ? st->pend_cap : 256;
+        while (cap - st->pend_n < n)
+            cap *= 2;
+        uint32_t *l = keel__realloc(st->pend_list, cap * sizeof *l);
+        if (!l)
+            return KEEL_ENOMEM;
+        st->pend_list = l;
+        st->pend_cap = cap;
+    }
+    return KEEL_OK;
+}

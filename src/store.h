@@ -287,6 +287,8 @@ void keel__store_forget_ids(keel_store *st, uint64_t next_id);
 /* Writer: deletes (hidden at once; durable at commit). */
 int keel__store_delete(keel_store *st, uint64_t slot);
 size_t keel__store_pending_deletes(const keel_store *st);
+/* Room for deleting these n slots, so that deleting each cannot fail. */
+int keel__store_delete_prepare(keel_store *st, const uint64_t *slots, size_t n);
 
 /* Undo log (undo.c). save: call before the first change to the lists of
 ** a committed node since the last commit; KEEL_OK once its lists are in the

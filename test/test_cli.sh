@@ -241,6 +241,52 @@ expect 0 "info after delete" info --json "$IDX"
 grep -q '"count": 9999' "$T/out" || fail "count is not 9999 after a delete"
 ok "info counts 9999 live vectors after one delete"
 
+# --- many ids, ids, backup -------------------------------------------------
+
+expect 0 "get of several ids" get "$IDX" 7 8 7
+[ "$(wc -l <"$T/out")" -eq 3 ] || fail "get of 3 ids printed not 3 lines"
+[ "$(sed -n 1p "$T/out")" = "$(sed -n 3p "$T/out")" ] ||
+    fail "get 7 8 7 printed different vectors for id 7"
+expect 1 "get with a deleted id among others" get "$IDX" 7 5
+[ -s "$T/out" ] && fail "a failed get printed vectors"
+grep -q 'id 5' "$T/err" || fail "a failed get does not name id 5"
+ok "get prints one line per id, all or nothing"
+
+expect 2 "delete of a repeated id" delete "$IDX" 9 9 10
+grep -q 'id 9 is given twice' "$T/err" || fail "delete 9 9 10 does not say id 9 repeats"
+grep -q 'deleted already' "$T/err" && fail "delete 9 9 10 says deleted already"
+expect 0 "get after a refused delete" get "$IDX" 9 10
+ok "delete refuses a repeated id and deletes nothing"
+
+expect 0 "ids" ids "$IDX"
+[ "$(wc -l <"$T/out")" -eq 9999 ] || fail "ids printed $(wc -l <"$T/out") lines, not 9999"
+[ "$(sed -n 1p "$T/out")" = 0 ] || fail "ids does not start at 0"
+grep -qx 5 "$T/out" && fail "ids lists the deleted id 5"
+sort -n "$T/out" | cmp -s - "$T/out" || fail "ids are not in increasing order"
+expect 0 "ids --json" ids "$IDX" --json
+grep -q '"count": 9999' "$T/out" || fail "ids --json does not count 9999"
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["ids"]) == 9999' "$T/out" 2>/dev/null ||
+    fail "ids --json is not JSON with 9999 ids"
+ok "ids lists the 9999 live ids in order, as text and JSON"
+
+expect 0 "backup" backup "$IDX" "$T/copy.keel"
+grep -q '9,999 live vectors' "$T/out" || fail "backup does not say 9,999 live vectors"
+expect 0 "check of the backup" check "$T/copy.keel"
+expect 0 "ids of the backup" ids "$T/copy.keel"
+mv "$T/out" "$T/ids.copy"
+run ids "$IDX"
+cmp -s "$T/out" "$T/ids.copy" || fail "the backup lists other ids"
+expect 0 "search the backup" search "$T/copy.keel" "$QUERY" -k 10 --out "$T/copy.tsv"
+expect 0 "search the index" search "$IDX" "$QUERY" -k 10 --out "$T/orig.tsv"
+cmp -s "$T/copy.tsv" "$T/orig.tsv" || fail "the backup answers queries differently"
+expect 0 "backup --json over the old copy" backup "$IDX" "$T/copy.keel" --json
+grep -q '"count": 9999' "$T/out" || fail "backup --json does not count 9999"
+ls "$T" | grep -q 'keel-tmp' && fail "backup left a temporary file"
+expect 1 "backup onto the index" backup "$IDX" "$IDX"
+expect 1 "backup into a missing directory" backup "$IDX" "$T/no/such/copy.keel"
+expect 2 "backup without DEST" backup "$IDX"
+ok "backup writes a copy that checks, lists and searches like the index"
+
 # --- usage errors ----------------------------------------------------------
 
 expect 2 "no command"

@@ -172,6 +172,11 @@ class VectorIndex(_keel.Index):
             else:   # the block failed: dropping its changes is the point
                 _keel.Index.close(self)
 
+    def __iter__(self):
+        """The live ids, increasing, as Python ints: a snapshot taken when
+        the iteration starts (ids() as a numpy array)."""
+        return iter(self.ids().tolist())
+
     def __reduce__(self):
         raise TypeError("a keel index cannot be pickled\nhelp: pass its path "
                         "and open it again in the other process (a writer "

@@ -749,10 +749,145 @@ fail:
     return NULL;
 }
 
+/* --- many ids at once, listing ids, backup --------------------------------- */
+
+/* Whether get and delete were given one id (an int, a numpy integer or a
+** 0-d array) rather than many (a sequence, a range, a 1-D array). */
+static int
+one_id(PyObject *obj)
+{
+    if (PyArray_Check(obj))
+        return PyArray_NDIM((PyArrayObject *)obj) == 0;
+    return PyIndex_Check(obj) || PyUnicode_Check(obj) || PyBytes_Check(obj) ||
+           PyFloat_Check(obj);
+}
+
+/* get(ids): the (n, d) float32 array of their vectors, all or nothing. */
+static PyObject *
+index_get_many(IndexObject *self, PyObject *arg)
+{
+    PyArrayObject *ids = get_ids(arg, "get", -1);
+    if (!ids)
+        return NULL;
+    if (enter(self, "get()")) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    npy_intp shape[2] = {PyArray_DIM(ids, 0), (npy_intp)self->dim};
+    PyArrayObject *v = (PyArrayObject *)PyArray_SimpleNew(2, shape,
+                                                          NPY_FLOAT32);
+    int rc = 0;
+    if (v) {
+        const uint64_t *ip = PyArray_DATA(ids);
+        float *vp = PyArray_DATA(v);
+        size_t n = (size_t)shape[0];
+        Py_BEGIN_ALLOW_THREADS
+        rc = keel_get_batch(self->idx, ip, n, vp, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    leave(self);
+    Py_DECREF(ids);
+    if (!v)
+        return NULL;
+    if (rc) {
+        Py_DECREF(v);
+        return raise_keel(rc, 0);
+    }
+    return (PyObject *)v;
+}
+
+/* delete(ids): all or none. */
+static PyObject *
+index_delete_many(IndexObject *self, PyObject *arg)
+{
+    PyArrayObject *ids = get_ids(arg, "delete", -1);
+    if (!ids)
+        return NULL;
+    if (enter(self, "delete()")) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    const uint64_t *ip = PyArray_DATA(ids);
+    size_t n = (size_t)PyArray_DIM(ids, 0);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_delete_batch(self->idx, ip, n);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    Py_DECREF(ids);
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
+/* ids(): every live id, increasing, as one uint64 array from one view. */
+static PyObject *
+index_ids(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self, "ids()"))
+        return NULL;
+    size_t cap = (size_t)keel_count(self->idx) + 1024, n = 0;
+    uint64_t *buf = NULL;
+    int rc = KEEL_OK;
+    for (;;) {
+        uint64_t *b = realloc(buf, cap * sizeof *b);
+        if (!b) {
+            rc = KEEL_ENOMEM;
+            break;
+        }
+        buf = b;
+        Py_BEGIN_ALLOW_THREADS
+        rc = keel_ids(self->idx, KEEL_IDS_FIRST, buf, cap, &n);
+        Py_END_ALLOW_THREADS
+        if (rc || n < cap)
+            break;
+        cap *= 2; /* a writer added meanwhile: again, from one view */
+    }
+    leave(self);
+    if (rc) {
+        free(buf);
+        if (rc == KEEL_ENOMEM && !keel_errmsg()[0])
+            return PyErr_NoMemory();
+        return raise_keel(rc, 0);
+    }
+    npy_intp dim = (npy_intp)n;
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &dim, NPY_UINT64);
+    if (a && n)
+        memcpy(PyArray_DATA(a), buf, n * sizeof *buf);
+    free(buf);
+    return (PyObject *)a;
+}
+
+/* backup(path): a copy of the last flush (keel_backup). */
+static PyObject *
+index_backup(IndexObject *self, PyObject *arg)
+{
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    if (enter(self, "backup()")) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(path);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_backup(self->idx, p);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    Py_DECREF(path);
+    if (rc)
+        return raise_keel(rc, 0);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 index_delete(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
+    if (!one_id(arg))
+        return index_delete_many(self, arg);
     if (get_id(arg, "delete", &id) || enter(self, "delete()"))
         return NULL;
     int rc;
@@ -995,6 +1130,8 @@ static PyObject *
 index_get(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
+    if (!one_id(arg))
+        return index_get_many(self, arg);
     if (get_id(arg, "get", &id) || enter(self, "get()"))
         return NULL;
     npy_intp dim = (npy_intp)self->dim;
@@ -1248,8 +1385,9 @@ static PyMethodDef index_methods[] = {
      "add_batch(vectors, ids=None)\n--\n\nAdd the rows of a 2-D array as "
      "one step (all or none); return their ids as a uint64 array."},
     {"delete", (PyCFunction)index_delete, METH_O,
-     "delete(id)\n--\n\nDelete the live vector with this id (durable at "
-     "the next flush)."},
+     "delete(ids)\n--\n\nDelete the live vector with this id, or those of "
+     "a sequence or array of distinct ids, all or none (durable at the next "
+     "flush)."},
     {"flush", (PyCFunction)index_flush, METH_NOARGS,
      "flush()\n--\n\nCommit every add and delete since the last flush."},
     {"compact", (PyCFunction)index_compact, METH_NOARGS,
@@ -1270,7 +1408,16 @@ static PyMethodDef index_methods[] = {
      "row of a 2-D array: (ids, distances) of shape (n, k); short rows are "
      "padded with 2**64-1 and inf."},
     {"get", (PyCFunction)index_get, METH_O,
-     "get(id)\n--\n\nThe stored vector of a live id (float32 array)."},
+     "get(ids)\n--\n\nThe stored vector of a live id (float32 array of "
+     "shape (d,)), or of a sequence or array of ids (shape (n, d)), all or "
+     "nothing."},
+    {"ids", (PyCFunction)index_ids, METH_NOARGS,
+     "ids()\n--\n\nEvery live id, increasing (uint64 array); a reader's "
+     "from one snapshot."},
+    {"backup", (PyCFunction)index_backup, METH_O,
+     "backup(path)\n--\n\nWrite a copy of the last flush to path (a "
+     "temporary file beside it, synced, renamed over it), while the writer "
+     "goes on writing."},
     {"_pending", (PyCFunction)index_pending, METH_NOARGS,
      "_pending()\n--\n\nInternal: (adds, deletes) since the last flush."},
     {"stats", (PyCFunction)index_stats, METH_NOARGS,
