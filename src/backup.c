@@ -51,7 +51,6 @@
 
 #define COPY_BYTES   (1u << 20)   /* bytes per read and write */
 #define READER_TRIES 16           /* commits a reader's backup starts over */
-#define UNDO_HDR     32u          /* undo.c's log header */
 
 typedef struct backup {
     keel_index *idx;
@@ -178,38 +177,24 @@ restore_node(backup *b, uint32_t slot, const uint8_t *w, uint32_t words)
     return KEEL_OK;
 }
 
-/* Step 3 on the log's bytes: the first entry of each committed slot, up to
-** the first torn one (the format of undo.c). A log made for another commit
-** holds nothing for this one. */
+static int
+restore_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+{
+    return restore_node(arg, slot, words, n_words);
+}
+
+/* Step 3 on the log's bytes (read by undo.c's walker): the first entry of
+** each committed slot, up to the first torn one. A log made for another
+** commit holds nothing for this one. */
 static int
 restore_lists(backup *b, const uint8_t *log, uint64_t size)
 {
-    uint64_t ident = keel__undo_identity(b->h);
-    if (size < UNDO_HDR || memcmp(log, "KEELUNDO", 8) != 0 ||
-        keel__get32(log + 8) != 1 || keel__get64(log + 16) != ident)
+    uint64_t hdr, ident, tag;
+    if (keel__undo_log_header(log, size, &hdr, &ident, &tag) != KEEL_OK ||
+        ident != keel__undo_identity(b->h))
         return KEEL_OK;
-    uint64_t N = b->h->count;
-    uint8_t *seen = keel__calloc((size_t)(N / 8 + 1), 1);
-    if (!seen)
-        return KEEL_ENOMEM;
-    int rc = KEEL_OK;
-    uint32_t most = b->g.M0 + KEEL_MAX_LEVELS * b->g.M;
-    for (uint64_t off = UNDO_HDR; off + 16 <= size && !rc;) {
-        uint32_t slot = keel__get32(log + off);
-        uint32_t words = keel__get32(log + off + 4);
-        uint64_t bytes = 16 + 4ull * words;
-        if (words > most || off + bytes > size ||
-            XXH3_64bits_withSeed(log + off, bytes - 8, ident) !=
-                keel__get64(log + off + bytes - 8))
-            break; /* torn: written over by the writer's next entry */
-        if (slot < N && !(seen[slot / 8] >> (slot % 8) & 1)) {
-            seen[slot / 8] |= (uint8_t)(1u << (slot % 8));
-            rc = restore_node(b, slot, log + off + 8, words);
-        }
-        off += bytes;
-    }
-    keel__free(seen);
-    return rc;
+    return keel__undo_log_walk(&b->g, log, size, hdr, ident, b->h->count,
+                               restore_entry, b);
 }
 
 /* Reads a whole file into *out (keel__malloc); *size 0 and KEEL_OK when

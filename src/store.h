@@ -308,6 +308,20 @@ int keel__undo_recover(keel_store *st);
 uint64_t keel__undo_mark(keel_store *st);
 int keel__undo_restore(keel_store *st, uint64_t mark);
 uint64_t keel__undo_identity(const keel_header *h);
+/* Reading a log's bytes (recovery here, backups of a commit elsewhere).
+** log_header: KEEL_OK if buf (size bytes) starts a log of a version this
+** keel reads; *hdr_len, *ident (the commit hash it undoes to) and *tag.
+** log_walk: calls fn for the first intact entry of each slot below count,
+** in log order, stopping at the first torn entry or when fn returns
+** nonzero (which it returns). Entries hold words u32: the level-0 list,
+** then each upper list. */
+int keel__undo_log_header(const uint8_t *buf, uint64_t size,
+                          uint64_t *hdr_len, uint64_t *ident, uint64_t *tag);
+typedef int (*keel_undo_entry_fn)(uint32_t slot, const uint8_t *words,
+                                  uint32_t n_words, void *arg);
+int keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf,
+                        uint64_t size, uint64_t hdr_len, uint64_t ident,
+                        uint64_t count, keel_undo_entry_fn fn, void *arg);
 
 /* Writer: commit everything since the last commit. */
 int keel__store_commit(keel_store *st);

@@ -344,48 +344,88 @@ undo_put(keel_store *st, uint32_t slot, const uint8_t *w, uint32_t words)
     }
 }
 
-/* The size of the whole entry at e (size bytes left) if it is intact and
-** names a slot below count, else 0 (torn: the rest never reached the
-** file). */
+/* The size of the whole entry at e (size bytes left) if it is intact, else
+** 0 (torn: the rest never reached the file). */
 static uint64_t
-undo_entry(const keel_store *st, const uint8_t *e, uint64_t size,
+undo_entry(const keel_geometry *g, const uint8_t *e, uint64_t size,
            uint64_t ident)
 {
     if (size < 16)
         return 0;
     uint32_t words = keel__get32(e + 4);
     uint64_t bytes = 16 + 4ull * words;
-    if (words > st->g.M0 + KEEL_MAX_LEVELS * st->g.M || bytes > size ||
+    if (words > g->M0 + KEEL_MAX_LEVELS * g->M || bytes > size ||
         XXH3_64bits_withSeed(e, bytes - 8, ident) != keel__get64(e + bytes - 8))
         return 0;
     return bytes;
 }
 
-/* Writes back the first entry of each slot of the entries in buf[off, size)
-** (made for commit hash ident); returns the number of slots restored. */
-static uint64_t
-undo_apply(keel_store *st, const uint8_t *buf, uint64_t off, uint64_t size,
-           uint64_t ident)
+int
+keel__undo_log_header(const uint8_t *buf, uint64_t size, uint64_t *hdr_len,
+                      uint64_t *ident, uint64_t *tag)
 {
-    uint64_t applied = 0, bytes;
-    uint8_t *seen[KEEL_MAX_SEGMENTS] = {0};
-    for (; (bytes = undo_entry(st, buf + off, size - off, ident)); off += bytes) {
+    if (size < UNDO_HDR_1 || memcmp(buf, UNDO_MAGIC, 8) != 0)
+        return KEEL_ENOTINDEX;
+    uint32_t version = keel__get32(buf + 8);
+    uint64_t hdr = version == 2 ? UNDO_HDR : UNDO_HDR_1;
+    if ((version != 1 && version != 2) || size < hdr)
+        return KEEL_ENOTINDEX;
+    *hdr_len = hdr;
+    *ident = keel__get64(buf + 16);
+    *tag = keel__get64(buf + 24);
+    return KEEL_OK;
+}
+
+int
+keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf, uint64_t size,
+                    uint64_t hdr_len, uint64_t ident, uint64_t count,
+                    keel_undo_entry_fn fn, void *arg)
+{
+    /* One bit per slot below count: a slot's first entry is its committed
+     * state; later ones (none today) would not be. */
+    uint8_t *seen = keel__calloc((size_t)(count / 8 + 1), 1);
+    if (!seen)
+        return KEEL_ENOMEM;
+    int rc = 0;
+    uint64_t bytes;
+    for (uint64_t off = hdr_len;
+         !rc && (bytes = undo_entry(g, buf + off, size - off, ident));
+         off += bytes) {
         uint32_t slot = keel__get32(buf + off);
-        if (slot >= st->work.count)
+        if (slot >= count || (seen[slot / 8] >> (slot % 8) & 1))
             continue;
-        uint64_t i;
-        uint32_t k = keel__slot_segment(&st->g, slot, &i);
-        if (!seen[k])
-            seen[k] = keel__calloc((size_t)st->seg[k].slots, 1);
-        if (seen[k] && !seen[k][i]) {
-            seen[k][i] = 1;
-            undo_put(st, slot, buf + off + 8, keel__get32(buf + off + 4));
-            applied++;
-        }
+        seen[slot / 8] |= (uint8_t)(1u << (slot % 8));
+        rc = fn(slot, buf + off + 8, keel__get32(buf + off + 4), arg);
     }
-    for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++)
-        keel__free(seen[k]);
-    return applied;
+    keel__free(seen);
+    return rc;
+}
+
+typedef struct undo_applying {
+    keel_store *st;
+    uint64_t applied;
+} undo_applying;
+
+static int
+apply_one(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+{
+    undo_applying *a = arg;
+    undo_put(a->st, slot, words, n_words);
+    a->applied++;
+    return 0;
+}
+
+/* Writes back the first entry of each slot of the entries in buf[off, size)
+** (made for commit hash ident); *applied: the number of slots restored. */
+static int
+undo_apply(keel_store *st, const uint8_t *buf, uint64_t off, uint64_t size,
+           uint64_t ident, uint64_t *applied)
+{
+    undo_applying a = {st, 0};
+    int rc = keel__undo_log_walk(&st->g, buf, size, off, ident,
+                                 st->work.count, apply_one, &a);
+    *applied = a.applied;
+    return rc;
 }
 
 /* Tries the log at p for a file whose live page carries tag (rules 5 and
@@ -414,19 +454,20 @@ undo_try(keel_store *st, const char *p, uint64_t tag,
     if (keel__os->pread(fd, buf, (size_t)fi.size, 0) != (ssize_t)fi.size ||
         memcmp(buf, UNDO_MAGIC, 8) != 0)
         goto done;
-    uint32_t version = keel__get32(buf + 8);
-    uint64_t hdr = version == 2 ? UNDO_HDR : UNDO_HDR_1;
-    if ((version != 1 && version != 2) || fi.size < hdr ||
-        keel__get64(buf + 24) != tag)
+    uint64_t hdr, ident, log_tag;
+    if (keel__undo_log_header(buf, fi.size, &hdr, &ident, &log_tag) ||
+        log_tag != tag)
         goto done; /* rule (5): another index's log, or another cycle's */
+    uint32_t version = keel__get32(buf + 8);
     *found = 1;
     /* Rule (7). A version 1 log belongs to the name it is beside. */
     int owner = version == 2 ? keel__get64(buf + 32) == me->dev &&
                                    keel__get64(buf + 40) == me->ino
                              : strcmp(p, st->undo_path) == 0;
-    uint64_t ident = keel__get64(buf + 16);
-    if (ident == keel__undo_identity(&st->work) && /* rule (3) */
-        undo_apply(st, buf, hdr, fi.size, ident) && keel__os->sync(st->fd) != 0)
+    uint64_t applied = 0;
+    if (ident == keel__undo_identity(&st->work)) /* rule (3) */
+        rc = undo_apply(st, buf, hdr, fi.size, ident, &applied);
+    if (rc == KEEL_OK && applied && keel__os->sync(st->fd) != 0)
         rc = keel__fail(KEEL_EIO, "syncing %s after undoing unflushed graph "
                         "changes failed\nhelp: check the disk, then open the "
                         "index again", st->path);
@@ -510,7 +551,7 @@ keel__undo_restore(keel_store *st, uint64_t mark)
         have += (size_t)n;
         size_t off = 0;
         uint64_t bytes;
-        while ((bytes = undo_entry(st, buf + off, have - off,
+        while ((bytes = undo_entry(&st->g, buf + off, have - off,
                                    st->undo_identity))) {
             undo_put(st, keel__get32(buf + off), buf + off + 8,
                      keel__get32(buf + off + 4));
