@@ -921,4 +921,61 @@ TEST(a_forked_child_does_not_keep_the_writer_lock)
               "KEEL_ELOCKED", second_rc);
 }
 
+/* A thread that forks children which live on, as fast as it can, while
+** another thread opens and closes the writer. */
+typedef struct forker {
+    int stop;             /* atomic */
+    int n;                /* children made; read after the join */
+    pid_t pid[1024];
+} forker;
+
+static void *
+forker_main(void *arg)
+{
+    forker *f = arg;
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && f->n < 1024) {
+        pid_t p = fork();
+        if (p == 0) { /* lives on until killed */
+            alarm(30);
+            for (;;)
+                pause();
+        }
+        if (p > 0)
+            f->pid[f->n++] = p;
+        usleep(200);
+    }
+    return NULL;
+}
+
+TEST(a_fork_on_another_thread_never_keeps_the_writer_lock)
+{
+    /* A fork can fall anywhere in the writer's open and close: between the
+     * open of the lock description and its listing for the fork handler,
+     * or before the child's handler closed its copy when the parent closes
+     * and opens again. Either way the parent's next open must get the
+     * lock: only its own children could hold it. */
+    keel_index *w = fill("forklock.keel", 10, NULL);
+    CHECK(w);
+    CHECK_OK(keel_close(w));
+    forker *f = calloc(1, sizeof *f);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, forker_main, f) == 0);
+    int iters = 0, rc = KEEL_OK;
+    for (; iters < 300 && rc == KEEL_OK; iters++) {
+        rc = keel_open(test_path("forklock.keel"), 0, NULL, &w);
+        if (rc == KEEL_OK)
+            keel_close(w);
+    }
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    for (int i = 0; i < f->n; i++) {
+        kill(f->pid[i], SIGKILL);
+        waitpid(f->pid[i], NULL, 0);
+    }
+    CHECK_MSG(rc == KEEL_OK, "open %d of the writer, with %d children "
+              "forked beside it, got %d: %s", iters, f->n, rc, keel_errmsg());
+    CHECK(f->n > 0);
+    free(f);
+}
+
 TEST_MAIN()
