@@ -232,7 +232,8 @@ int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
 ** a second. A nonzero return stops the call, which then fails with
 ** KEEL_ECANCELED and changes nothing: keel_add_batch adds none of its
 ** vectors, keel_compact leaves the index and its file as they were. fn must
-** not call keel on the handle. NULL turns it off. Belongs to the handle. */
+** not call keel on the handle. NULL turns it off. Belongs to the handle.
+** Both setters wait for a write or a search in progress on the handle. */
 typedef int (*keel_cancel_fn)(void *arg);
 int keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg);
 
