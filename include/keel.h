@@ -26,8 +26,11 @@
 **   (keel_open_reader) in any process, lock-free: each search takes a fresh
 **   snapshot of the last completed flush. A reader follows a compaction of
 **   its index to the new file, but never into another index put at its path
-**   (a file made by another keel_open): it keeps its last snapshot, and
-**   keel_refresh and keel_check say so.
+**   (a file made by another keel_open), nor back in time: it moves only to
+**   a file of the same index whose committed epoch is greater than the one
+**   it has served and whose next id is not smaller (as a compaction's file
+**   is), never to an older copy put back (a restored backup). Otherwise it
+**   keeps its last snapshot, and keel_refresh and keel_check say so.
 **
 ** REPLACING THE FILE
 **   keel maps the file. Truncating it or overwriting it in place (cp over
@@ -190,7 +193,9 @@ int keel_warm(keel_index *idx);
 
 /* Reader: take a new snapshot of the last flush now (searches do this by
 ** themselves). On a writer it does nothing. KEEL_EDIM or KEEL_EOPTIONS if
-** the path now names another index (the reader keeps its last snapshot). */
+** the path now names another index, KEEL_EOPTIONS if it names an older state
+** of this one (the reader keeps its last snapshot; the message names both
+** files' epochs). */
 int keel_refresh(keel_index *idx);
 
 /* Finds the k nearest live vectors to query (keel_dim(idx) floats). out holds
@@ -228,7 +233,8 @@ int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
 ** a second. A nonzero return stops the call, which then fails with
 ** KEEL_ECANCELED and changes nothing: keel_add_batch adds none of its
 ** vectors, keel_compact leaves the index and its file as they were. fn must
-** not call keel on the handle. NULL turns it off. Belongs to the handle. */
+** not call keel on the handle. NULL turns it off. Belongs to the handle.
+** Both setters wait for a write or a search in progress on the handle. */
 typedef int (*keel_cancel_fn)(void *arg);
 int keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg);
 

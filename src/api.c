@@ -9,6 +9,9 @@
 **               write;
 **   swap_lock   searches hold it shared; compaction's swap of the store and
 **               close hold it exclusive, so no search reads a store that goes;
+**               the setters of the progress and cancel callbacks hold it
+**               exclusive too (inside write_lock), since a reader's swap
+**               copies them into the new builder under it alone;
 **   pool_lock   guards the list of free search contexts.
 **
 ** Order: write_lock before swap_lock (compaction swaps with write_lock
@@ -231,7 +234,11 @@ index_free(keel_index *idx)
     keel__free(idx);
 }
 
-/* Points the handle at a store (at open, and after a compaction). */
+/* Points the handle at a store (at open, and after a compaction). After
+** open, the caller holds swap_lock exclusive: that keeps the callbacks it
+** copies from the handle still against keel_set_progress and
+** keel_set_cancel, which a reader following a compaction does not hold
+** write_lock against. */
 int
 keel__index_attach(keel_index *idx, keel_store *st)
 {
@@ -391,8 +398,10 @@ keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg)
     if (!idx)
         return null_handle("keel_set_progress");
     pthread_mutex_lock(&idx->write_lock);
+    pthread_rwlock_wrlock(&idx->swap_lock);
     idx->progress = idx->builder.progress = fn;
     idx->progress_arg = idx->builder.progress_arg = arg;
+    pthread_rwlock_unlock(&idx->swap_lock);
     pthread_mutex_unlock(&idx->write_lock);
     return KEEL_OK;
 }
@@ -403,8 +412,10 @@ keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg)
     if (!idx)
         return null_handle("keel_set_cancel");
     pthread_mutex_lock(&idx->write_lock);
+    pthread_rwlock_wrlock(&idx->swap_lock);
     idx->cancel = idx->builder.cancel = fn;
     idx->cancel_arg = idx->builder.cancel_arg = arg;
+    pthread_rwlock_unlock(&idx->swap_lock);
     pthread_mutex_unlock(&idx->write_lock);
     return KEEL_OK;
 }

@@ -33,14 +33,19 @@ struct keel_index {
     keel_search_ctx *pool;     /* free search contexts */
     struct keel_warm *warm;    /* the warm-up thread, if one runs */
     pid_t owner;               /* process that opened the handle */
-    /* Reader: the file last found at the path that is another index (a
-     * reader follows only its own), under swap_lock: dev and ino to know
-     * it again without opening it, and what the error names. */
+    /* Reader: the file last found at the path that it refused to move to
+     * (life.c), under swap_lock: dev and ino to know it again without
+     * opening it, and what the error names. older: it was the same index
+     * at a state no later than the reader's (a copy put back), else another
+     * index. */
     struct {
         uint64_t dev, ino;
+        int older;
         uint32_t dim;
         uint8_t identity[KEEL_IDENTITY_BYTES];
-    } foreign;
+        uint64_t epoch, next_id;          /* older: that file's */
+        uint64_t own_epoch, own_next_id;  /* older: the reader's */
+    } refused;
     /* Writer: backups copying the last commit (backup.c), under
      * write_lock; flushes wait on backup_done while it is nonzero. */
     unsigned backups;
@@ -53,8 +58,9 @@ void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
 
 /* life.c: a reader moves to the file that replaced its own (compaction);
 ** a writer removes what a crashed compaction left. A reader whose path
-** names another index keeps its last snapshot: follow returns KEEL_OK, or
-** with report set, an error that names both files. */
+** names another index, or an older state of its own, keeps its last
+** snapshot: follow returns KEEL_OK, or with report set, an error that
+** names both files. */
 int keel__reader_follow(keel_index *idx, int report);
 void keel__remove_leftovers(const char *path);
 

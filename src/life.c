@@ -19,11 +19,23 @@
 **
 ** Readers: a snapshot with the superseded flag makes the reader look at the
 ** path again; once the path names another file it opens that one and
-** continues there if it is the same index (dimensions, metric, precision,
-** M, identity). Until the rename lands, or when the path names another
-** index, it keeps searching the old file, which stays valid (an open file
-** outlives its name). Every call that reads a reader follows first:
-** searches, get, count, stat, check, refresh.
+** continues there only if it is a successor of its own file:
+**   - the same index: dimensions, metric, precision, M and identity;
+**   - a later state of it: the new file's committed epoch is greater than
+**     the epoch of the superseded file's last snapshot, and its next id is
+**     not smaller. A compaction's file starts at the old epoch + 1 with the
+**     old next id, and both only grow after, so every file that compaction
+**     chain makes passes; a copy of the index made before (a backup put
+**     back, a file renamed in from elsewhere) has an epoch no greater than
+**     the one the reader served, or fewer ids, and fails. Moving to it
+**     would bring deleted vectors back and lose flushed ones: a reader
+**     never serves a state older than one it has served.
+** Until the rename lands, or when the path names a file that fails, it
+** keeps searching the old file, which stays valid (an open file outlives
+** its name); the refused file is remembered by device and inode and not
+** opened again, and keel_refresh and keel_check report it, naming both
+** files. Every call that reads a reader follows first: searches, get,
+** count, stat, check, refresh.
 */
 #include "api.h"
 
@@ -211,39 +223,73 @@ same_index(const keel_store *own, const keel_store *nw)
                   KEEL_IDENTITY_BYTES) == 0;
 }
 
-/* The error of a reader whose path names another index (swap_lock held). */
+/* The error of a reader whose path names a file it refused to move to
+** (swap_lock held). */
 static int
-foreign_error(const keel_index *idx)
+refused_error(const keel_index *idx)
 {
+    if (idx->refused.older)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the file now at %s is an older state of this "
+                          "index (epoch %llu, next id %llu) than the snapshot "
+                          "this reader has served (epoch %llu, next id %llu), "
+                          "so the reader stays at its last snapshot\nhelp: a "
+                          "compaction's file has a greater epoch; if the "
+                          "older file was put back on purpose (a restore), "
+                          "open a new reader to search it",
+                          idx->path, (unsigned long long)idx->refused.epoch,
+                          (unsigned long long)idx->refused.next_id,
+                          (unsigned long long)idx->refused.own_epoch,
+                          (unsigned long long)idx->refused.own_next_id);
     char own[33], other[33];
     keel__identity_hex(keel__store_identity(idx->st), own);
-    keel__identity_hex(idx->foreign.identity, other);
-    return keel__fail(idx->foreign.dim != idx->dim ? KEEL_EDIM : KEEL_EOPTIONS,
+    keel__identity_hex(idx->refused.identity, other);
+    return keel__fail(idx->refused.dim != idx->dim ? KEEL_EDIM : KEEL_EOPTIONS,
                       "the file now at %s is another index (%u dimensions, "
                       "identity %s) than the one this reader opened (%u "
                       "dimensions, identity %s), so the reader stays at the "
                       "last snapshot of its own\nhelp: open a new reader to "
                       "search the index now at the path",
-                      idx->path, idx->foreign.dim, other, idx->dim, own);
+                      idx->path, idx->refused.dim, other, idx->dim, own);
 }
 
-/* Remembers nw as another index at the path (swap_lock held exclusive). */
+/* Remembers nw as a file at the path the reader does not move to: another
+** index, or with own and seen set, an older state of its own (swap_lock
+** held exclusive). */
 static void
-note_foreign(keel_index *idx, const keel_store *nw)
+note_refused(keel_index *idx, const keel_store *nw, const keel_view *own,
+             const keel_view *seen)
 {
     keel_file_info at;
     if (keel__os->stat(nw->fd, &at) != 0)
         return; /* opened again next time */
-    idx->foreign.dev = at.dev;
-    idx->foreign.ino = at.ino;
-    idx->foreign.dim = nw->g.dim;
-    memcpy(idx->foreign.identity, keel__store_identity(nw),
+    idx->refused.dev = at.dev;
+    idx->refused.ino = at.ino;
+    idx->refused.older = own != NULL;
+    idx->refused.dim = nw->g.dim;
+    memcpy(idx->refused.identity, keel__store_identity(nw),
            KEEL_IDENTITY_BYTES);
+    if (own) {
+        idx->refused.epoch = seen->epoch;
+        idx->refused.next_id = seen->next_id;
+        idx->refused.own_epoch = own->epoch;
+        idx->refused.own_next_id = own->next_id;
+    }
+}
+
+/* Whether the snapshot seen of another file of the same index is a later
+** state than own, the superseded file's last snapshot (see the banner). */
+static int
+is_successor(const keel_view *own, const keel_view *seen)
+{
+    return seen->epoch > own->epoch && seen->next_id >= own->next_id;
 }
 
 /* Invariant: idx->st is read only under swap_lock, and a store this
 ** function swaps out is closed only after the exclusive lock is released,
-** so no thread that read it under the lock still uses it. */
+** so no thread that read it under the lock still uses it. The store it
+** swaps in is a successor of the one it swaps out, so the snapshots one
+** reader serves never go back. */
 int
 keel__reader_follow(keel_index *idx, int report)
 {
@@ -256,15 +302,16 @@ keel__reader_follow(keel_index *idx, int report)
     int moved = superseded && keel__os->stat(st->fd, &a) == 0 &&
                 keel__os->stat_path(idx->path, &b) == 0 &&
                 (a.dev != b.dev || a.ino != b.ino);
-    if (moved && b.dev == idx->foreign.dev && b.ino == idx->foreign.ino) {
-        /* Known to be another index: do not open it again. */
-        rc = report ? foreign_error(idx) : KEEL_OK;
+    if (moved && b.dev == idx->refused.dev && b.ino == idx->refused.ino) {
+        /* Known to be refused: do not open it again. */
+        rc = report ? refused_error(idx) : KEEL_OK;
         moved = 0;
     }
     pthread_rwlock_unlock(&idx->swap_lock);
     if (rc || !moved)
         return rc;
     keel_store *nw;
+    keel_view nv;
     if (keel__store_open_reader(idx->path, &nw) != KEEL_OK) {
         /* The new file is not readable yet (or any more): keep searching the
          * old one, which stays valid, and look again next time. */
@@ -281,8 +328,24 @@ keel__reader_follow(keel_index *idx, int report)
         /* Another index was put at the path (after the compaction, or in
          * place of the file that compaction made): serving it would answer
          * with other vectors, of other lengths. */
-        note_foreign(idx, nw);
-        rc = report ? foreign_error(idx) : KEEL_OK;
+        note_refused(idx, nw, NULL, NULL);
+        rc = report ? refused_error(idx) : KEEL_OK;
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return rc;
+    }
+    if (keel__store_view(nw, &nv) != KEEL_OK) {
+        /* No snapshot to compare yet: look again next time. */
+        keel__clear_error();
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return KEEL_OK;
+    }
+    if (!is_successor(&v, &nv)) {
+        /* The same index at an older state (a copy put back): serving it
+         * would bring back what this reader saw deleted. */
+        note_refused(idx, nw, &v, &nv);
+        rc = report ? refused_error(idx) : KEEL_OK;
         pthread_rwlock_unlock(&idx->swap_lock);
         keel__store_close(nw);
         return rc;

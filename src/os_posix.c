@@ -53,16 +53,29 @@ os_open(const char *path, int flags)
 ** descriptors and through its copies of the mappings (a mapping holds the
 ** description it was made from). A child that lives on (a worker pool,
 ** multiprocessing) would keep the parent's writer lock after the parent
-** closes the index. So the lock is taken on a description of its own,
-** opened again through /proc/self/fd, close-on-exec and never mapped; a fork
-** handler closes it in the child, and the lock lives only as long as the
-** parent holds it. Invariant: every such lock descriptor is listed here
-** with the descriptor it locks for, from the lock until that one's close.
-** Without /proc the lock is taken on the descriptor itself. */
+** closes the index. So:
+**
+**   - the lock is taken on a description of its own, opened again through
+**     /proc/self/fd, close-on-exec and never mapped, and a fork handler
+**     closes it in the child (without /proc the lock is taken on the
+**     descriptor itself, which the child's handle still owns);
+**   - the parent's close unlocks that description (LOCK_UN) before closing
+**     it: a child that still holds a copy -- one whose handler has not run
+**     yet, or one forked without the handlers (vfork, clone) -- then holds
+**     an unlocked description, and the lock lives exactly as long as the
+**     parent holds it;
+**   - a fork never falls between the open of a lock descriptor and its
+**     entry in the list: os_lock opens, locks and lists it (or closes it)
+**     under locked_mutex, which fork_prepare takes, with room for the entry
+**     made before the open, so nothing can fail between lock and insert.
+**
+** Invariant: every locked description is listed here with the descriptor
+** it locks for, from the lock until that one's close; a child's list is
+** empty, so nothing a child closes unlocks its parent's lock. */
 
 typedef struct locked_fd {
     int fd;        /* the caller's descriptor */
-    int lock_fd;   /* the description that holds the lock */
+    int lock_fd;   /* the description that holds the lock; fd without /proc */
 } locked_fd;
 
 static pthread_mutex_t locked_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -87,7 +100,8 @@ static void
 fork_child(void)
 {
     for (size_t i = 0; i < nlocked; i++)
-        close(locked[i].lock_fd);
+        if (locked[i].lock_fd != locked[i].fd)
+            close(locked[i].lock_fd);
     nlocked = 0;
     pthread_mutex_unlock(&locked_mutex);
 }
@@ -98,42 +112,42 @@ locked_init(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* Makes room for one more entry (locked_mutex held). */
 static int
-locked_add(int fd, int lock_fd)
+locked_reserve(void)
 {
-    pthread_mutex_lock(&locked_mutex);
-    int rc = 0;
-    if (nlocked == locked_cap) {
-        size_t cap = locked_cap ? 2 * locked_cap : 8;
-        locked_fd *l = realloc(locked, cap * sizeof *l);
-        if (l) {
-            locked = l;
-            locked_cap = cap;
-        } else {
-            rc = -ENOMEM;
-        }
-    }
-    if (!rc)
-        locked[nlocked++] = (locked_fd){fd, lock_fd};
-    pthread_mutex_unlock(&locked_mutex);
-    return rc;
+    if (nlocked < locked_cap)
+        return 0;
+    size_t cap = locked_cap ? 2 * locked_cap : 8;
+    locked_fd *l = realloc(locked, cap * sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    locked = l;
+    locked_cap = cap;
+    return 0;
 }
 
-/* Closes the lock descriptor listed for fd, if any. */
+/* Unlocks and closes the lock descriptor listed for fd, if any (fd itself
+** is only unlocked: the caller closes it). */
 static void
 locked_remove(int fd)
 {
     pthread_mutex_lock(&locked_mutex);
     for (size_t i = 0; i < nlocked; i++)
         if (locked[i].fd == fd) {
-            close(locked[i].lock_fd);
+            int l = locked[i].lock_fd;
+            while (flock(l, LOCK_UN) < 0 && errno == EINTR) {
+            }
+            if (l != fd)
+                close(l);
             locked[i] = locked[--nlocked];
             break;
         }
     pthread_mutex_unlock(&locked_mutex);
 }
 
-/* A new description of the file fd is open on, or fd itself without /proc. */
+/* A new description of the file fd is open on, or fd itself without /proc
+** (locked_mutex held: the descriptor is unlisted until the caller lists it). */
 static int
 reopen_for_lock(int fd)
 {
@@ -359,15 +373,24 @@ static int
 os_lock(int fd)
 {
     pthread_once(&locked_once, locked_init);
+    /* Held from before the open of the lock descriptor until it is listed
+     * or closed: no fork copies it unlisted (see the banner above). */
+    pthread_mutex_lock(&locked_mutex);
+    int err = locked_reserve();
+    if (err) {
+        pthread_mutex_unlock(&locked_mutex);
+        return err;
+    }
     int l = reopen_for_lock(fd), r;
     do {
         r = flock(l, LOCK_EX | LOCK_NB);
     } while (r < 0 && errno == EINTR);
-    int err = r == 0 ? 0 : -errno;
-    if (!err && l != fd)
-        err = locked_add(fd, l);
-    if (err && l != fd)
+    err = r == 0 ? 0 : -errno;
+    if (!err)
+        locked[nlocked++] = (locked_fd){fd, l};
+    else if (l != fd)
         close(l);
+    pthread_mutex_unlock(&locked_mutex);
     return err;
 }
 

@@ -243,6 +243,65 @@ TEST(threads_of_one_reader_while_the_same_process_compacts)
     CHECK_OK(keel_close(w));
 }
 
+typedef struct setter {
+    keel_index *r;
+    int stop;                 /* atomic */
+    uint64_t calls;           /* atomic */
+} setter;
+
+static int
+never_cancel(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static void
+no_progress(uint64_t done, uint64_t total, void *arg)
+{
+    (void)arg;
+    (void)done;
+    (void)total;
+}
+
+static void *
+setter_main(void *arg)
+{
+    setter *s = arg;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        keel_set_cancel(s->r, never_cancel, s);
+        keel_set_progress(s->r, no_progress, s);
+        __atomic_add_fetch(&s->calls, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+TEST(callbacks_set_on_a_reader_while_it_follows_compactions)
+{
+    /* The reader copies its callbacks into the new file's builder when it
+     * follows; a thread sets them meanwhile. */
+    const char *path = test_path("setreader.keel");
+    keel_index *w, *r;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    CHECK_OK(add_range(w, 0, 20, 0));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    setter s = {.r = r};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, setter_main, &s) == 0);
+    int rounds = getenv("KEEL_TSAN") ? 30 : 100;
+    for (int round = 0; round < rounds; round++) {
+        CHECK_OK(add_range(w, 20 + (uint64_t)round, 1, 0));
+        CHECK_OK(keel_compact(w));
+        CHECK_U64(keel_count(r), 21 + (uint64_t)round);
+    }
+    __atomic_store_n(&s.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    CHECK(s.calls > 0);
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
 TEST(checks_of_a_reader_beside_its_searches_and_delete_flushes)
 {
     const char *path = test_path("checkreader.keel");

@@ -709,6 +709,127 @@ TEST(reader_count_stat_and_check_follow_a_compaction)
     CHECK_OK(keel_close(w));
 }
 
+/* Copies the file at from to to (a backup, as cp makes it). */
+static int
+copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC,
+                                              0644);
+    char buf[65536];
+    ssize_t n = -1;
+    while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)n) != n) {
+            n = -1;
+            break;
+        }
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    return n == 0 ? 0 : -1;
+}
+
+/* The reader r serves the 10-vector index whose ids below 5 were deleted
+** and flushed: ids 5..9 only. */
+static int
+serves_the_five_after_the_deletes(keel_index *r)
+{
+    float v[DIM];
+    int ok = keel_count(r) == 5 && keel_get(r, 2, v) == KEEL_ENOTFOUND &&
+             keel_get(r, 7, v) == KEEL_OK;
+    td_vec_of(2, DIM, v);
+    keel_result res[10];
+    size_t k = 0;
+    ok = ok && keel_search(r, v, 10, NULL, res, &k) == KEEL_OK && k == 5;
+    for (size_t i = 0; ok && i < k; i++)
+        ok = res[i].id >= 5 && res[i].id < 10;
+    return ok;
+}
+
+TEST(reader_never_follows_into_an_older_copy_of_its_index)
+{
+    /* A copy made before deletes, put back over the path after the
+     * compaction that followed them: the same index, an older state. */
+    char path[600], copy[600];
+    snprintf(path, sizeof path, "%s", test_path("back.keel"));
+    snprintf(copy, sizeof copy, "%s", test_path("back.copy"));
+    keel_index *w = fill("back.keel", 10, NULL), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    CHECK(copy_file(path, copy) == 0);
+    for (uint64_t id = 0; id < 5; id++)
+        CHECK_OK(keel_delete(w, id));
+    CHECK_OK(keel_flush(w));
+    CHECK(serves_the_five_after_the_deletes(r));
+    CHECK_OK(keel_compact(w));
+    CHECK(rename(copy, path) == 0);
+    CHECK(serves_the_five_after_the_deletes(r));
+    CHECK_ERR(keel_refresh(r), KEEL_EOPTIONS);
+    CHECK_MSG_HAS("older state of this index (epoch 0, next id 10)");
+    CHECK_MSG_HAS("(epoch 1, next id 10)");
+    CHECK_MSG_HAS("help: ");
+    CHECK_ERR(keel_check(r), KEEL_EOPTIONS);
+    keel_stats st;
+    CHECK_OK(keel_stat(r, &st));
+    CHECK_U64(st.count, 5);
+    CHECK(serves_the_five_after_the_deletes(r));
+
+    /* The writer compacts again: its file replaces the copy, and the
+     * reader follows it, two compactions on. */
+    float v[DIM];
+    td_vec_of(10, DIM, v);
+    CHECK_OK(keel_add(w, v, NULL));
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_refresh(r));
+    CHECK_U64(keel_count(r), 6);
+    CHECK_ERR(keel_get(r, 2, v), KEEL_ENOTFOUND);
+    CHECK_OK(keel_get(r, 10, v));
+    CHECK_OK(keel_check(r));
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+}
+
+TEST(reader_never_follows_into_a_file_that_went_back)
+{
+    /* Adds only: the copy has the reader's epoch but fewer ids. */
+    char path[600], copy[600];
+    snprintf(path, sizeof path, "%s", test_path("went.keel"));
+    snprintf(copy, sizeof copy, "%s", test_path("went.copy"));
+    keel_index *w = fill("went.keel", 10, NULL), *r;
+    CHECK(w);
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    CHECK(copy_file(path, copy) == 0);
+    float v[DIM];
+    for (uint64_t i = 10; i < 15; i++) {
+        td_vec_of(i, DIM, v);
+        CHECK_OK(keel_add(w, v, NULL));
+    }
+    CHECK_OK(keel_flush(w));
+    CHECK_U64(keel_count(r), 15);
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_close(w));
+    /* The copy, opened as a writer, flushes deletes until its epoch is past
+     * the reader's: it still has fewer ids than the reader served. */
+    CHECK_OK(keel_open(copy, 0, NULL, &w));
+    for (uint64_t id = 0; id < 3; id++) {
+        CHECK_OK(keel_delete(w, id));
+        CHECK_OK(keel_flush(w));
+    }
+    CHECK_OK(keel_close(w));
+    CHECK(rename(copy, path) == 0);
+    CHECK_U64(keel_count(r), 15);
+    CHECK_OK(keel_get(r, 12, v));
+    CHECK_ERR(keel_refresh(r), KEEL_EOPTIONS);
+    CHECK_MSG_HAS("(epoch 3, next id 10)");
+    CHECK_MSG_HAS("(epoch 0, next id 15)");
+    CHECK_U64(keel_count(r), 15);
+    CHECK_OK(keel_close(r));
+    /* A reader opened now reads the file at the path. */
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    CHECK_U64(keel_count(r), 7);
+    CHECK_OK(keel_close(r));
+}
+
 /* A system table whose stat says every file is only its fixed pages long:
 ** a reader's header copies then describe regions past the end, so it
 ** keeps the snapshot it has (as it does while a header is being written). */
@@ -919,6 +1040,63 @@ TEST(a_forked_child_does_not_keep_the_writer_lock)
     CHECK_OK(keel_close(w));
     CHECK_MSG(second_rc == KEEL_ELOCKED, "a second writer got %d, not "
               "KEEL_ELOCKED", second_rc);
+}
+
+/* A thread that forks children which live on, as fast as it can, while
+** another thread opens and closes the writer. */
+typedef struct forker {
+    int stop;             /* atomic */
+    int n;                /* children made; read after the join */
+    pid_t pid[1024];
+} forker;
+
+static void *
+forker_main(void *arg)
+{
+    forker *f = arg;
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && f->n < 1024) {
+        pid_t p = fork();
+        if (p == 0) { /* lives on until killed */
+            alarm(30);
+            for (;;)
+                pause();
+        }
+        if (p > 0)
+            f->pid[f->n++] = p;
+        usleep(200);
+    }
+    return NULL;
+}
+
+TEST(a_fork_on_another_thread_never_keeps_the_writer_lock)
+{
+    /* A fork can fall anywhere in the writer's open and close: between the
+     * open of the lock description and its listing for the fork handler,
+     * or before the child's handler closed its copy when the parent closes
+     * and opens again. Either way the parent's next open must get the
+     * lock: only its own children could hold it. */
+    keel_index *w = fill("forklock.keel", 10, NULL);
+    CHECK(w);
+    CHECK_OK(keel_close(w));
+    forker *f = calloc(1, sizeof *f);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, forker_main, f) == 0);
+    int iters = 0, rc = KEEL_OK;
+    for (; iters < 300 && rc == KEEL_OK; iters++) {
+        rc = keel_open(test_path("forklock.keel"), 0, NULL, &w);
+        if (rc == KEEL_OK)
+            keel_close(w);
+    }
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    for (int i = 0; i < f->n; i++) {
+        kill(f->pid[i], SIGKILL);
+        waitpid(f->pid[i], NULL, 0);
+    }
+    CHECK_MSG(rc == KEEL_OK, "open %d of the writer, with %d children "
+              "forked beside it, got %d: %s", iters, f->n, rc, keel_errmsg());
+    CHECK(f->n > 0);
+    free(f);
 }
 
 TEST_MAIN()
