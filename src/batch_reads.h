@@ -1,0 +1,226 @@
+/* batch_reads.h -- bringing in the byte ranges a search is about to read,
+** a batch at a time, with their reads overlapped.
+**
+** The search says "these ranges of the file are about to be read"; a source
+** decides how to bring them in: the local file (this file's local source
+** gives the system read-ahead advice for the index's own mappings), and
+** later a remote object with a cache. Between the two sits one policy
+** (batch_reads.c, after the second seed):
+**
+**   (1) ranges are sorted by offset, duplicates dropped, and ranges within
+**       KEEL_BR_GAP bytes of each other merged into extents;
+**   (2) a batch keeps up to KEEL_BR_MAX_RUNS runs in flight: the first is
+**       its own, every further one is taken from an allowance (process-wide:
+**       KEEL_BR_ALLOWANCE) without waiting; a batch granted nothing reads
+**       with one call;
+**   (3) runs are sized to the overlap granted: the extents are cut into
+**       exactly 1 + granted runs of near-equal extent counts, never cut
+**       first and then read one after another;
+**   (4) results come back in caller order, duplicates and absence (NULL)
+**       kept; one failed run, or a source answering for fewer ranges than
+**       it was asked, fails the whole batch with KEEL_EIO and a message.
+**
+** Invariants:
+**   (a) runs taken from an allowance are given back after the source's
+**       wait, so at most KEEL_BR_ALLOWANCE extra runs of the process are
+**       ever out at once (test_concurrent_batch_reads.c counts them);
+**   (b) every run a batch started is waited for before it returns, failed
+**       or not.
+**
+** The residency record (keel_br_record) lets a file already in memory pay
+** nothing: a bit per KEEL_BR_GRANULE of the file, set once a granule has
+** been brought in (or warm read it); ranges whose granules are all known
+** never reach the policy, and once every granule a search can ask for is
+** known, the search stops calling this module at all.
+*/
+#ifndef KEEL_BATCH_READS_H
+#define KEEL_BATCH_READS_H
+
+#include "internal.h"
+#include "store.h"
+
+/* Runs in flight per batch. A search expansion asks for at most M0 + 1
+** ranges (33 at the default M), which the gap merges into about as many
+** extents; 16 runs of 2 extents each left the local file's advice calls
+** as fast as one call per extent (doc/batch_reads.md). */
+#define KEEL_BR_MAX_RUNS 16u
+/* Extra runs of the whole process at once: 64 lets four searching threads
+** each keep 16 in flight, and bounds what a burst of cold searches asks of
+** a remote store. */
+#define KEEL_BR_ALLOWANCE 64
+/* Ranges closer than this merge into one extent: a 4 KiB page either way,
+** so two vectors on one page or on neighbouring pages are one read.
+** Measured on GloVe 10k cold (doc/batch_reads.md): 0 and 4 KiB alike,
+** 64 KiB read more and gained nothing. */
+#define KEEL_BR_GAP 4096u
+/* The residency record's unit and the local source's read unit: a cold
+** range brings in its whole 64 KiB granule, as a page fault's read-around
+** (128 KiB here) would, so later queries find neighbouring vectors in. */
+#define KEEL_BR_GRANULE_LOG2 16u
+
+/* A range about to be read: file offset and length, and where it is in the
+** local mapping (the local source advises that address; others use off). */
+typedef struct keel_br_range {
+    uint64_t off;
+    uint64_t len;
+    const void *addr;
+} keel_br_range;
+
+/* One run: n distinct ranges, sorted, forming next extents. */
+typedef struct keel_br_run {
+    const keel_br_range *r;   /* the distinct ranges of the run */
+    size_t n;
+    const keel_br_range *ext; /* the merged extents (addr of the first) */
+    size_t next;
+} keel_br_run;
+
+/* A source. read brings one run in, sets out[i] (i < run->n) to where range
+** i's bytes are, or NULL if the source does not hold it, and returns the
+** number of ranges it answered (run->n) or -errno; it may return before the
+** bytes are in, and wait then waits for every run read since the last
+** wait (NULL: read waits itself). */
+typedef struct keel_br_source {
+    long (*read)(void *self, const keel_br_run *run, const void **out);
+    int (*wait)(void *self);
+    void *self;
+} keel_br_source;
+
+/* Extra runs free to take (atomic). */
+typedef struct keel_br_allowance {
+    int free;
+} keel_br_allowance;
+
+/* The process-wide allowance (KEEL_BR_ALLOWANCE). */
+extern keel_br_allowance keel__br_shared;
+
+/* Takes up to want extra runs without waiting; returns how many. */
+uint32_t keel__br_take(keel_br_allowance *a, uint32_t want);
+void keel__br_give(keel_br_allowance *a, uint32_t n);
+
+/* Scratch memory of a batch, grown as needed (one per thread). */
+typedef struct keel_br_scratch {
+    keel_br_range *dist;      /* distinct ranges, sorted */
+    keel_br_range *ext;       /* extents */
+    uint32_t *order;          /* caller index by sorted position */
+    uint32_t *which;          /* distinct index of each caller range */
+    const void **dout;        /* result per distinct range */
+    size_t cap;
+} keel_br_scratch;
+
+void keel__br_scratch_free(keel_br_scratch *s);
+
+/* How many runs a batch of `extents` extents reads when granted `granted`
+** extra runs, and where run i starts (the sizing rule, (3) above). */
+static inline uint32_t
+keel__br_runs(size_t extents, uint32_t granted)
+{
+    if (extents == 0)
+        return 0;
+    size_t runs = KEEL_MIN((size_t)granted + 1, extents);
+    return (uint32_t)KEEL_MIN(runs, (size_t)KEEL_BR_MAX_RUNS);
+}
+static inline size_t
+keel__br_run_start(size_t extents, uint32_t runs, uint32_t i)
+{
+    return i * extents / runs;
+}
+
+/* Reads the batch r[0..n) from src (allowance a; NULL: the shared one).
+** out[i] gets range i's result. KEEL_OK, KEEL_EIO (message recorded), or
+** KEEL_ENOMEM. */
+int keel__br_read(const keel_br_source *src, keel_br_allowance *a,
+                  const keel_br_range *r, size_t n, const void **out,
+                  keel_br_scratch *s);
+
+/* --- residency and the local file -------------------------------------- */
+
+#define KEEL_BR_LEAF_LOG2 14u   /* granules per leaf: 1 GiB of file */
+#define KEEL_BR_LEAVES 4096u     /* 4 TiB */
+
+/* What is known resident of one store's file: a bit per granule (set
+** atomically, never cleared), and which granules a search may ask for (the
+** vectors and level-0 records of slots below `covered`). */
+typedef struct keel_br_record {
+    const keel_store *st;
+    uint64_t covered;          /* slots counted in total (atomic) */
+    uint64_t total;            /* granules a search may ask for (atomic) */
+    uint64_t known;            /* of those, known resident (atomic) */
+    int all;                   /* atomic: known == total */
+    uint64_t *bits[KEEL_BR_LEAVES];
+    uint64_t *need[KEEL_BR_LEAVES];
+    struct keel_br_record *next;
+} keel_br_record;
+
+/* A search context's memory of the record it used last. */
+typedef struct keel_br_cache {
+    const keel_store *st;
+    keel_br_record *rec;
+    uint64_t gen;
+} keel_br_cache;
+
+/* Whether searches use this module: KEEL_BATCH_READS=0/1 in the
+** environment, read once (default KEEL_BATCH_READS_DEFAULT); tests switch
+** it with keel__br_set_enabled. */
+#define KEEL_BATCH_READS_DEFAULT 1
+int keel__br_enabled(void);
+void keel__br_set_enabled(int on);
+
+/* The record of st brought up to view v (created on first use, remembered
+** in c); NULL when the module is off, when every granule a search may ask
+** for is known resident, or when out of memory (the search then faults its
+** pages in one by one, as without this module). */
+keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
+                                const keel_view *v);
+
+/* Whether every granule of [off, off+len) is known resident. */
+static inline int
+keel__br_known(const keel_br_record *rec, uint64_t off, uint64_t len)
+{
+    uint64_t g = off >> KEEL_BR_GRANULE_LOG2;
+    uint64_t last = (off + len - 1) >> KEEL_BR_GRANULE_LOG2;
+    for (; g <= last; g++) {
+        uint64_t leaf = g >> KEEL_BR_LEAF_LOG2;
+        if (leaf >= KEEL_BR_LEAVES)
+            return 0;
+        const uint64_t *b = KEEL_LOAD_ACQUIRE(&rec->bits[leaf]);
+        uint64_t w = g & ((1u << KEEL_BR_LEAF_LOG2) - 1);
+        if (!b || !(KEEL_LOAD_RELAXED(&b[w >> 6]) >> (w & 63) & 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Adds to want[] (returning the new count) the granules around the n bytes
+** at addr, which lie in a mapping of map_bytes bytes at map (file offset
+** map_off), unless all are known resident. */
+static inline size_t
+keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
+              const uint8_t *addr, uint64_t n, const uint8_t *map,
+              uint64_t map_off, uint64_t map_bytes)
+{
+    uint64_t off = map_off + (uint64_t)(addr - map);
+    if (keel__br_known(rec, off, n))
+        return nw;
+    uint64_t gsz = (uint64_t)1 << KEEL_BR_GRANULE_LOG2;
+    uint64_t lo = off & ~(gsz - 1), hi = KEEL_ALIGN_UP(off + n, gsz);
+    lo = KEEL_MAX(lo, map_off);
+    hi = KEEL_MIN(hi, map_off + map_bytes);
+    want[nw].off = lo;
+    want[nw].len = hi - lo;
+    want[nw].addr = map + (lo - map_off);
+    return nw + 1;
+}
+
+/* Brings in the ranges r[0..n) of the local file behind rec with the
+** policy and the local source, and marks them known; KEEL_OK, KEEL_EIO
+** (message recorded) or KEEL_ENOMEM. */
+int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
+                   keel_br_scratch *s);
+
+/* warm: every written granule of st is now resident (as of view v). */
+void keel__br_warmed(const keel_store *st, const keel_view *v);
+/* The store's mappings are about to go (close, compaction's swap): drops
+** its record. No search may run on st at the same time. */
+void keel__br_forget(const keel_store *st);
+
+#endif /* KEEL_BATCH_READS_H */
