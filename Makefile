@@ -48,7 +48,7 @@ FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long \
-        bench bench-smoke fuzz
+        bench bench-smoke fuzz pagein-bench
 
 all: $(BUILD)/libkeel.a $(BUILD)/libkeel.so $(BUILD)/keel $(BUILD)/keel.pc
 
@@ -103,6 +103,14 @@ tsan:
 bench: $(BUILD)/libkeel.a
 	sh tools/deps.sh bench
 	BUILD=$(BUILD) sh bench/run.sh
+
+# Which call overlaps cold page reads on this kernel (doc/batch_reads.md):
+#   make pagein-bench && build/pagein_bench FILE [--ranges 32] [--span 4096]
+pagein-bench: $(BUILD)/pagein_bench
+
+$(BUILD)/pagein_bench: bench/pagein_bench.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -o $@ $< -luring -lpthread
 
 # The same code on 2,000 vectors of test/data, one round, every engine.
 bench-smoke: $(BUILD)/libkeel.a

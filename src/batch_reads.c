@@ -324,6 +324,38 @@ need(keel_br_record *rec, uint64_t off, uint64_t len)
         }
 }
 
+/* Marks the granules of [off, off+len), at addr in a mapping, whose pages
+** the system reports resident (mincore), so a file already in memory is
+** known at once and its searches never call this module (under reg_lock).
+** A granule cut by the edge of a 16 MiB step is judged by its part in the
+** step: at worst one of its pages faults in as it would without this. */
+static void
+seed(keel_br_record *rec, const uint8_t *addr, uint64_t off, uint64_t len)
+{
+    unsigned char vec[4096];
+    size_t page = keel__page_size();
+    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(page - 1);
+    uint64_t o = off - ((uintptr_t)addr - a), end = off + len;
+    while (o < end) {
+        size_t npg = (size_t)KEEL_MIN((end - o + page - 1) / page,
+                                      (uint64_t)sizeof vec);
+        if (keel__os->resident((void *)a, npg * page, vec) != 0)
+            return;
+        for (size_t i = 0; i < npg;) {
+            uint64_t g = (o + i * page) >> KEEL_BR_GRANULE_LOG2;
+            int in = 1;
+            size_t j = i;
+            for (; j < npg && ((o + j * page) >> KEEL_BR_GRANULE_LOG2) == g; j++)
+                in &= vec[j] & 1;
+            if (in && set_bit(rec->bits, g) && test_bit(rec->need, g))
+                __atomic_add_fetch(&rec->known, 1, __ATOMIC_RELAXED);
+            i = j;
+        }
+        a += npg * page;
+        o += npg * page;
+    }
+}
+
 /* Brings rec's needed granules up to slot `limit` (under reg_lock). */
 static void
 extend(keel_br_record *rec, const keel_store *st, uint64_t limit)
@@ -342,10 +374,12 @@ extend(keel_br_record *rec, const keel_store *st, uint64_t limit)
         uint64_t a = from - first, b = KEEL_MIN(limit, end) - first;
         const uint8_t *vecs = KEEL_LOAD_RELAXED(&sg->vecs);
         const uint8_t *recs = KEEL_LOAD_RELAXED(&sg->recs);
-        need(rec, sg->off + (uint64_t)(vecs - base) + a * st->g.vec_bytes,
-             (b - a) * st->g.vec_bytes);
-        need(rec, sg->off + (uint64_t)(recs - base) + a * st->g.rec_bytes,
-             (b - a) * st->g.rec_bytes);
+        uint64_t voff = sg->off + (uint64_t)(vecs - base) + a * st->g.vec_bytes;
+        uint64_t roff = sg->off + (uint64_t)(recs - base) + a * st->g.rec_bytes;
+        need(rec, voff, (b - a) * st->g.vec_bytes);
+        need(rec, roff, (b - a) * st->g.rec_bytes);
+        seed(rec, vecs + a * st->g.vec_bytes, voff, (b - a) * st->g.vec_bytes);
+        seed(rec, recs + a * st->g.rec_bytes, roff, (b - a) * st->g.rec_bytes);
         from = first + b;
     }
     __atomic_store_n(&rec->total, rec->total, __ATOMIC_RELAXED);
@@ -405,7 +439,13 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
             extend(rec, st, v->limit);
         pthread_mutex_unlock(&reg_lock);
     }
-    return KEEL_LOAD_ACQUIRE(&rec->all) ? NULL : rec;
+    if (KEEL_LOAD_ACQUIRE(&rec->all))
+        return NULL;
+    uint64_t limit = KEEL_BR_COLD_SEARCHES;
+    if (limit &&
+        __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)
+        return NULL;
+    return rec;
 }
 
 void

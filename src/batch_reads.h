@@ -56,7 +56,9 @@
 /* The residency record's unit and the local source's read unit: a cold
 ** range brings in its whole 64 KiB granule, as a page fault's read-around
 ** (128 KiB here) would, so later queries find neighbouring vectors in. */
+#ifndef KEEL_BR_GRANULE_LOG2 /* -D for measurements */
 #define KEEL_BR_GRANULE_LOG2 16u
+#endif
 
 /* A range about to be read: file offset and length, and where it is in the
 ** local mapping (the local source advises that address; others use off). */
@@ -134,6 +136,16 @@ int keel__br_read(const keel_br_source *src, keel_br_allowance *a,
 
 /* --- residency and the local file -------------------------------------- */
 
+/* Searches per record (per open file) that bring pages in; later searches
+** fault as without this module. (Measured, doc/batch_reads.md: the
+** advice gets the first results sooner, but past the first few queries
+** the system's own read-around, which grows its reads as a fault finds
+** pages it read ahead, brings the file in faster than advice for the
+** pages each step needs.) -D for measurements; 0 = no limit. */
+#ifndef KEEL_BR_COLD_SEARCHES
+#define KEEL_BR_COLD_SEARCHES 1u
+#endif
+
 #define KEEL_BR_LEAF_LOG2 14u   /* granules per leaf: 1 GiB of file */
 #define KEEL_BR_LEAVES 4096u     /* 4 TiB */
 
@@ -146,6 +158,7 @@ typedef struct keel_br_record {
     uint64_t total;            /* granules a search may ask for (atomic) */
     uint64_t known;            /* of those, known resident (atomic) */
     int all;                   /* atomic: known == total */
+    uint64_t searches;         /* searches that used the record (atomic) */
     uint64_t *bits[KEEL_BR_LEAVES];
     uint64_t *need[KEEL_BR_LEAVES];
     struct keel_br_record *next;

@@ -25,6 +25,12 @@
 
 #include <math.h>
 
+/* 1: also bring in the level-0 records of the candidates an expansion
+** queues (read ahead of the walk); -D for measurements. */
+#ifndef KEEL_BR_AHEAD
+#define KEEL_BR_AHEAD 1
+#endif
+
 /* --- scratch ----------------------------------------------------------- */
 
 keel_search_ctx *
@@ -413,7 +419,7 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
             if (c->nres < ef || e < bound) {
                 min_push(c->cand, &c->ncand, e);
                 __builtin_prefetch(keel__store_rec(st, s), 0, 2);
-                if (KEEL_UNLIKELY(c->br))
+                if (KEEL_BR_AHEAD && KEEL_UNLIKELY(c->br))
                     nq = br_want(st, c, nq, s, 1);
                 if (accepts(v, acc, s)) {
                     if (c->nres < ef)
