@@ -439,13 +439,23 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
             extend(rec, st, v->limit);
         pthread_mutex_unlock(&reg_lock);
     }
-    if (KEEL_LOAD_ACQUIRE(&rec->all))
+    if (KEEL_LOAD_ACQUIRE(&rec->all) || KEEL_LOAD_RELAXED(&rec->warming))
         return NULL;
     uint64_t limit = KEEL_BR_COLD_SEARCHES;
     if (limit &&
         __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)
         return NULL;
     return rec;
+}
+
+void
+keel__br_warming(const keel_store *st)
+{
+    pthread_mutex_lock(&reg_lock);
+    keel_br_record *rec = find(st, 1);
+    if (rec)
+        KEEL_STORE_RELAXED(&rec->warming, 1);
+    pthread_mutex_unlock(&reg_lock);
 }
 
 void

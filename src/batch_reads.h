@@ -159,6 +159,7 @@ typedef struct keel_br_record {
     uint64_t known;            /* of those, known resident (atomic) */
     int all;                   /* atomic: known == total */
     uint64_t searches;         /* searches that used the record (atomic) */
+    int warming;               /* atomic: warm is reading the whole file */
     uint64_t *bits[KEEL_BR_LEAVES];
     uint64_t *need[KEEL_BR_LEAVES];
     struct keel_br_record *next;
@@ -230,6 +231,10 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                    keel_br_scratch *s);
 
+/* warm: started reading the whole file of st; searches leave the reading
+** to it (their advice would only queue behind warm's: measured,
+** doc/batch_reads.md). */
+void keel__br_warming(const keel_store *st);
 /* warm: every written granule of st is now resident (as of view v). */
 void keel__br_warmed(const keel_store *st, const keel_view *v);
 /* The store's mappings are about to go (close, compaction's swap): drops

@@ -28,9 +28,10 @@
 **       never unmap before close (store.c invariant 9).
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
-**   (4) A warm-up that read everything marks the whole file known resident
-**       in the batch-read record (batch_reads.h), so searches stop calling
-**       that module; stopping drops the record, since every caller of
+**   (4) While warm reads, searches leave the reading to it (batch_reads.h);
+**       a warm-up that read everything marks the whole file known resident
+**       in the batch-read record, so searches stop calling that module for
+**       good; stopping drops the record, since every caller of
 **       keel__warm_stop is about to close or swap the store with no search
 **       running.
 */
@@ -145,6 +146,7 @@ keel__warm_start(keel_index *idx)
         return rc;
     }
     keel__store_written_ranges(idx->st, &w->view, add_range, w);
+    keel__br_warming(idx->st); /* rule (4) */
     if (pthread_create(&w->tid, NULL, warm_main, w) != 0) {
         keel__free(w->ranges);
         keel__free(w);
