@@ -28,10 +28,13 @@
 **       or not.
 **
 ** The residency record (keel_br_record) lets a file already in memory pay
-** nothing: a bit per KEEL_BR_GRANULE of the file, set once a granule has
-** been brought in (or warm read it); ranges whose granules are all known
-** never reach the policy, and once every granule a search can ask for is
-** known, the search stops calling this module at all.
+** nothing: a bit per granule (KEEL_BR_GRANULE_LOG2) of the file, set from
+** what the system reports resident when the record is made (mincore, once
+** per file and per new stretch of slots), then as granules are brought in,
+** and all at once when warm has read everything. Ranges whose granules are
+** all known never reach the policy; a file known resident, a file warm is
+** reading, and every search after the first of an opened file
+** (KEEL_BR_COLD_SEARCHES) never call this module at all.
 */
 #ifndef KEEL_BATCH_READS_H
 #define KEEL_BATCH_READS_H
@@ -39,23 +42,26 @@
 #include "internal.h"
 #include "store.h"
 
-/* Runs in flight per batch. A search expansion asks for at most M0 + 1
-** ranges (33 at the default M), which the gap merges into about as many
-** extents; 16 runs of 2 extents each left the local file's advice calls
-** as fast as one call per extent (doc/batch_reads.md). */
+/* Runs in flight per batch, and extra runs of the whole process at once:
+** the seed's figures (a 32-key HNSW batch in 8 runs of 4 waited for 4
+** fetches instead of 32; 64 bounds what a burst of cold searches asks of a
+** remote store). For the local file they change nothing measurable: its
+** advice calls only start reads, so every run of a batch is in flight
+** anyway (doc/batch_reads.md); they are for the remote source. */
 #define KEEL_BR_MAX_RUNS 16u
-/* Extra runs of the whole process at once: 64 lets four searching threads
-** each keep 16 in flight, and bounds what a burst of cold searches asks of
-** a remote store. */
 #define KEEL_BR_ALLOWANCE 64
-/* Ranges closer than this merge into one extent: a 4 KiB page either way,
-** so two vectors on one page or on neighbouring pages are one read.
-** Measured on GloVe 10k cold (doc/batch_reads.md): 0 and 4 KiB alike,
-** 64 KiB read more and gained nothing. */
+/* Ranges closer than this merge into one extent: one 4 KiB page, so two
+** ranges on one page or on neighbouring pages are one read. The local
+** file asks for whole granules, which are either adjacent or at least a
+** granule apart, so gaps of 0 and 4 KiB make the same reads there, and
+** 64 KiB would also read each granule lying alone between two asked for
+** (not measured); the gap matters for sources that read exact ranges. */
 #define KEEL_BR_GAP 4096u
 /* The residency record's unit and the local source's read unit: a cold
-** range brings in its whole 64 KiB granule, as a page fault's read-around
-** (128 KiB here) would, so later queries find neighbouring vectors in. */
+** range brings in its whole 64 KiB granule. Measured against 4 KiB (1st
+** result a little sooner, the 10th to 1,000th much later: neighbouring
+** vectors are not read along) and 128 KiB (the fault read-around here;
+** 1st result later on the 768-d file): doc/batch_reads.md. */
 #ifndef KEEL_BR_GRANULE_LOG2 /* -D for measurements */
 #define KEEL_BR_GRANULE_LOG2 16u
 #endif
@@ -181,8 +187,9 @@ void keel__br_set_enabled(int on);
 
 /* The record of st brought up to view v (created on first use, remembered
 ** in c); NULL when the module is off, when every granule a search may ask
-** for is known resident, or when out of memory (the search then faults its
-** pages in one by one, as without this module). */
+** for is known resident, while warm reads the file, after the first
+** KEEL_BR_COLD_SEARCHES searches, or when out of memory (the search then
+** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
                                 const keel_view *v);
 
