@@ -298,7 +298,7 @@ mark(keel_br_record *rec, uint64_t off, uint64_t len)
     uint64_t known = __atomic_add_fetch(&rec->known, fresh, __ATOMIC_RELAXED);
     if (known >= KEEL_LOAD_RELAXED(&rec->total)) {
         pthread_mutex_lock(&reg_lock);
-        if (KEEL_LOAD_RELAXED(&rec->known) >= rec->total)
+        if (KEEL_LOAD_RELAXED(&rec->known) >= KEEL_LOAD_RELAXED(&rec->total))
             KEEL_STORE_RELEASE(&rec->all, 1);
         pthread_mutex_unlock(&reg_lock);
     }
@@ -315,7 +315,7 @@ need(keel_br_record *rec, uint64_t off, uint64_t len)
     uint64_t last = (off + len - 1) >> KEEL_BR_GRANULE_LOG2;
     for (; g <= last; g++)
         if (set_bit(rec->need, g)) {
-            rec->total++;
+            __atomic_add_fetch(&rec->total, 1, __ATOMIC_RELAXED);
             /* A granule marked before it was needed counts now; a marker
              * racing with this may count it too, which only sets `all`
              * early for a granule or two: they then fault in. */
@@ -382,10 +382,9 @@ extend(keel_br_record *rec, const keel_store *st, uint64_t limit)
         seed(rec, recs + a * st->g.rec_bytes, roff, (b - a) * st->g.rec_bytes);
         from = first + b;
     }
-    __atomic_store_n(&rec->total, rec->total, __ATOMIC_RELAXED);
     KEEL_STORE_RELEASE(&rec->covered, from);
-    KEEL_STORE_RELEASE(&rec->all,
-                       KEEL_LOAD_RELAXED(&rec->known) >= rec->total);
+    KEEL_STORE_RELEASE(&rec->all, KEEL_LOAD_RELAXED(&rec->known) >=
+                                      KEEL_LOAD_RELAXED(&rec->total));
 }
 
 static void
@@ -433,6 +432,9 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
         if (!rec)
             return NULL;
     }
+    uint64_t limit = KEEL_BR_COLD_SEARCHES;
+    if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
+        return NULL; /* the cold searches are spent: nothing more to learn */
     if (KEEL_LOAD_ACQUIRE(&rec->covered) < v->limit) {
         pthread_mutex_lock(&reg_lock);
         if (rec->covered < v->limit)
@@ -441,7 +443,6 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
     }
     if (KEEL_LOAD_ACQUIRE(&rec->all) || KEEL_LOAD_RELAXED(&rec->warming))
         return NULL;
-    uint64_t limit = KEEL_BR_COLD_SEARCHES;
     if (limit &&
         __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)
         return NULL;
@@ -478,7 +479,8 @@ keel__br_warmed(const keel_store *st, const keel_view *v)
                 __atomic_fetch_or(&b[w], KEEL_LOAD_RELAXED(&nb[w]),
                                   __ATOMIC_RELEASE);
         }
-        __atomic_store_n(&rec->known, rec->total, __ATOMIC_RELAXED);
+        __atomic_store_n(&rec->known, KEEL_LOAD_RELAXED(&rec->total),
+                         __ATOMIC_RELAXED);
         KEEL_STORE_RELEASE(&rec->all, 1);
     }
     pthread_mutex_unlock(&reg_lock);
