@@ -228,7 +228,7 @@ keel__br_enabled(void)
 void
 keel__br_set_enabled(int on)
 {
-    __atomic_store_n(&br_on, on != 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&br_on, on < 0 ? 0 : on > 2 ? 2 : on, __ATOMIC_RELAXED);
 }
 
 /* --- the residency record ------------------------------------------------ */
@@ -416,9 +416,11 @@ find(const keel_store *st, int create)
 }
 
 keel_br_record *
-keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
+keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
+                uint32_t ef)
 {
-    if (!keel__br_enabled())
+    int on = keel__br_enabled();
+    if (!on)
         return NULL;
     uint64_t gen = __atomic_load_n(&reg_gen, __ATOMIC_ACQUIRE);
     keel_br_record *rec = c->rec;
@@ -442,6 +444,9 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v)
         pthread_mutex_unlock(&reg_lock);
     }
     if (KEEL_LOAD_ACQUIRE(&rec->all) || KEEL_LOAD_RELAXED(&rec->warming))
+        return NULL;
+    if (on == 1 && KEEL_LOAD_RELAXED(&rec->total) <
+                       (uint64_t)KEEL_BR_SMALL_FACTOR * ef)
         return NULL;
     if (limit &&
         __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)

@@ -180,18 +180,29 @@ typedef struct keel_br_cache {
 
 /* Whether searches use this module: KEEL_BATCH_READS=0/1 in the
 ** environment, read once (default KEEL_BATCH_READS_DEFAULT); tests switch
-** it with keel__br_set_enabled. */
+** it with keel__br_set_enabled, where 2 also brings in the pages of files
+** too small for the rule below. */
 #define KEEL_BATCH_READS_DEFAULT 1
 int keel__br_enabled(void);
 void keel__br_set_enabled(int on);
 
+/* A file is too small to gain when it has fewer granules than
+** KEEL_BR_SMALL_FACTOR * ef: an unfiltered walk measures about 16 ef
+** vectors, so its first search touches most of such a file, and the
+** system's read-around, which grows its reads as it goes, brings it in
+** sooner than advice for the granules each step needs. (Measured,
+** doc/batch_reads.md: 100k x 100-d, 830 granules, 1st result 65 ms on
+** against 55 off; 30k x 768-d, 1,470 granules, 86 against 107; ef 64.) */
+#define KEEL_BR_SMALL_FACTOR 16u
+
 /* The record of st brought up to view v (created on first use, remembered
 ** in c); NULL when the module is off, when every granule a search may ask
 ** for is known resident, while warm reads the file, after the first
-** KEEL_BR_COLD_SEARCHES searches, or when out of memory (the search then
+** KEEL_BR_COLD_SEARCHES searches, for a file too small to gain (above;
+** ef: the search's), or when out of memory (the search then
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
-                                const keel_view *v);
+                                const keel_view *v, uint32_t ef);
 
 /* Whether every granule of [off, off+len) is known resident. */
 static inline int

@@ -593,7 +593,7 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
     int filtered = acc->filter || acc->allowed;
     int scanned = 0, rc = 0;
     c->ndist = 0;
-    c->br = keel__br_record(&c->brc, gr->st, v);
+    c->br = keel__br_record(&c->brc, gr->st, v, efk);
     if (filtered) {
         double frac, m = estimate_matches(v, acc, &frac);
         /* A graph visit costs about one scanned distance, and an unfiltered
