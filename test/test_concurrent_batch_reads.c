@@ -1,9 +1,11 @@
 /* test_concurrent_batch_reads.c -- eight threads reading batches through
 ** the process-wide allowance never have more than KEEL_BR_ALLOWANCE extra
-** runs out at once (counted by the source), and give every one back.
-** make tsan runs it under ThreadSanitizer.
+** runs out at once (counted by the source), and give every one back; and
+** readers opening, searching cold and closing beside a writer, all through
+** the shared record registry. make tsan runs it under ThreadSanitizer.
 */
 #include "test.h"
+#include "lib/testdata.h"
 
 #include <pthread.h>
 
@@ -88,6 +90,102 @@ TEST(shared_allowance_bounds_extra_runs)
     CHECK_EQ(__atomic_load_n(&keel__br_shared.free, __ATOMIC_RELAXED),
              KEEL_BR_ALLOWANCE);
     CHECK(runs_total > THREADS * BATCHES);
+}
+
+/* --- readers beside a writer, every file reported cold ------------------ */
+
+static int
+nothing_resident(void *addr, size_t len, unsigned char *vec)
+{
+    (void)addr;
+    memset(vec, 0, (len + keel__page_size() - 1) / keel__page_size());
+    return 0;
+}
+
+static long advised; /* atomic */
+
+static int
+counting_advise(void *addr, size_t len, enum keel_advice advice)
+{
+    if (advice == KEEL_ADV_WILLNEED)
+        __atomic_add_fetch(&advised, 1, __ATOMIC_RELAXED);
+    return keel__os_posix.advise(addr, len, advice);
+}
+
+#define RDIM 32
+static const char *rpath;
+static int writer_done; /* atomic */
+static int reader_failures; /* atomic */
+
+static void *
+writer_main(void *arg)
+{
+    keel_index *w = arg;
+    float v[100 * RDIM];
+    for (uint64_t b = 0; b < 10; b++) {
+        for (uint64_t i = 0; i < 100; i++)
+            td_vec_of(2000 + b * 100 + i, RDIM, v + i * RDIM);
+        if (keel_add_batch(w, v, 100, NULL, NULL) || keel_flush(w))
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&writer_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *
+reader_main(void *arg)
+{
+    uint64_t seed = (uintptr_t)arg;
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    for (int round = 0; round < 20 || !__atomic_load_n(&writer_done,
+                                                        __ATOMIC_ACQUIRE);
+         round++) {
+        keel_index *r;
+        if (keel_open_reader(rpath, NULL, &r) != KEEL_OK) {
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
+        for (int i = 0; i < 3; i++) {
+            td_vec_of(seed * 1000 + (uint64_t)round * 3 + (uint64_t)i, RDIM, q);
+            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
+                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+        }
+        keel_close(r);
+    }
+    return NULL;
+}
+
+TEST(cold_readers_beside_a_writer)
+{
+    static keel_os cold_os;
+    cold_os = keel__os_posix;
+    cold_os.resident = nothing_resident;
+    cold_os.advise = counting_advise;
+    keel__os = &cold_os;
+    keel__br_set_enabled(2); /* every file, however small */
+    rpath = test_path("cold.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
+    float *v = malloc(2000 * RDIM * sizeof *v);
+    for (uint64_t i = 0; i < 2000; i++)
+        td_vec_of(i, RDIM, v + i * RDIM);
+    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    free(v);
+    pthread_t wt, rt[4];
+    CHECK(pthread_create(&wt, NULL, writer_main, w) == 0);
+    for (uintptr_t i = 0; i < 4; i++)
+        CHECK(pthread_create(&rt[i], NULL, reader_main, (void *)(i + 1)) == 0);
+    pthread_join(wt, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(rt[i], NULL);
+    CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
+    CHECK(__atomic_load_n(&advised, __ATOMIC_RELAXED) > 0);
+    CHECK_OK(keel_close(w));
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(1);
 }
 
 TEST_MAIN()
