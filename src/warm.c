@@ -148,6 +148,7 @@ keel__warm_start(keel_index *idx)
     keel__store_written_ranges(idx->st, &w->view, add_range, w);
     keel__br_warming(idx->st); /* rule (4) */
     if (pthread_create(&w->tid, NULL, warm_main, w) != 0) {
+        keel__br_forget(idx->st); /* searches read for themselves again */
         keel__free(w->ranges);
         keel__free(w);
         return KEEL_OK; /* advice only: a missing thread loses nothing */
