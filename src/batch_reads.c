@@ -530,9 +530,9 @@ local_read(void *self, const keel_br_run *run, const void **out)
         size_t j = i + 1;
         for (; j < run->n; j++) {
             const keel_br_range *b = &run->r[j];
+            /* Contiguous in memory too: the same mapping. */
             if (b->off > end + KEEL_BR_GAP ||
-                (const uint8_t *)b->addr - (const uint8_t *)a->addr !=
-                    (ptrdiff_t)(b->off - a->off))
+                (uintptr_t)b->addr - (uintptr_t)a->addr != b->off - a->off)
                 break;
             end = KEEL_MAX(end, b->off + b->len);
         }
