@@ -324,36 +324,49 @@ need(keel_br_record *rec, uint64_t off, uint64_t len)
         }
 }
 
-/* Marks the granules of [off, off+len), at addr in a mapping, whose pages
-** the system reports resident (mincore), so a file already in memory is
-** known at once and its searches never call this module (under reg_lock).
-** A granule cut by the edge of a 16 MiB step is judged by its part in the
-** step: at worst one of its pages faults in as it would without this. */
+/* Whether every page of [addr, addr+len) is resident (mincore). */
+static int
+all_resident(const uint8_t *addr, uint64_t len)
+{
+    unsigned char vec[((size_t)1 << KEEL_BR_GRANULE_LOG2) / 4096 + 2];
+    size_t page = keel__page_size();
+    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(page - 1);
+    size_t npg = (size_t)(((uintptr_t)addr + len - a + page - 1) / page);
+    if (npg > sizeof vec ||
+        keel__os->resident((void *)a, npg * page, vec) != 0)
+        return 0;
+    for (size_t i = 0; i < npg; i++)
+        if (!(vec[i] & 1))
+            return 0;
+    return 1;
+}
+
+#define SEED_SAMPLES 16
+
+/* Marks [off, off+len), at addr in a mapping, known resident if the system
+** reports a sample of its granules resident (mincore on SEED_SAMPLES
+** granules spread over it), so a file already in memory is known at once
+** and its searches never call this module (under reg_lock). Asking about
+** every page instead cost the first search of a cached 421 MB file 10 ms.
+** A sample that misses a cold stretch only lets its pages fault in as
+** they would without this module. */
 static void
 seed(keel_br_record *rec, const uint8_t *addr, uint64_t off, uint64_t len)
 {
-    unsigned char vec[4096];
-    size_t page = keel__page_size();
-    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(page - 1);
-    uint64_t o = off - ((uintptr_t)addr - a), end = off + len;
-    while (o < end) {
-        size_t npg = (size_t)KEEL_MIN((end - o + page - 1) / page,
-                                      (uint64_t)sizeof vec);
-        if (keel__os->resident((void *)a, npg * page, vec) != 0)
+    if (!len)
+        return;
+    uint64_t g0 = off >> KEEL_BR_GRANULE_LOG2;
+    uint64_t g1 = (off + len - 1) >> KEEL_BR_GRANULE_LOG2;
+    uint64_t step = KEEL_MAX((g1 - g0 + 1) / SEED_SAMPLES, 1);
+    for (uint64_t g = g0; g <= g1; g += step) {
+        uint64_t lo = KEEL_MAX(off, g << KEEL_BR_GRANULE_LOG2);
+        uint64_t hi = KEEL_MIN(off + len, (g + 1) << KEEL_BR_GRANULE_LOG2);
+        if (!all_resident(addr + (lo - off), hi - lo))
             return;
-        for (size_t i = 0; i < npg;) {
-            uint64_t g = (o + i * page) >> KEEL_BR_GRANULE_LOG2;
-            int in = 1;
-            size_t j = i;
-            for (; j < npg && ((o + j * page) >> KEEL_BR_GRANULE_LOG2) == g; j++)
-                in &= vec[j] & 1;
-            if (in && set_bit(rec->bits, g) && test_bit(rec->need, g))
-                __atomic_add_fetch(&rec->known, 1, __ATOMIC_RELAXED);
-            i = j;
-        }
-        a += npg * page;
-        o += npg * page;
     }
+    for (uint64_t g = g0; g <= g1; g++)
+        if (set_bit(rec->bits, g) && test_bit(rec->need, g))
+            __atomic_add_fetch(&rec->known, 1, __ATOMIC_RELAXED);
 }
 
 /* Brings rec's needed granules up to slot `limit` (under reg_lock). */

@@ -29,8 +29,9 @@
 **
 ** The residency record (keel_br_record) lets a file already in memory pay
 ** nothing: a bit per granule (KEEL_BR_GRANULE_LOG2) of the file, set from
-** what the system reports resident when the record is made (mincore, once
-** per file and per new stretch of slots), then as granules are brought in,
+** what the system reports resident when the record is made (mincore on a
+** sample, once per file and per new stretch of slots), then as granules
+** are brought in,
 ** and all at once when warm has read everything. Ranges whose granules are
 ** all known never reach the policy; a file known resident, a file warm is
 ** reading, and every search after the first of an opened file
