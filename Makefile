@@ -52,7 +52,7 @@ FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long stress-long \
         test-objstore \
-        bench bench-smoke fuzz
+        bench bench-smoke fuzz pagein-bench
 
 VERSION = 0.1.0
 SONAME  = libkeel.so.0
@@ -134,6 +134,14 @@ tsan:
 bench: $(BUILD)/libkeel.a
 	sh tools/deps.sh bench
 	BUILD=$(BUILD) sh bench/run.sh
+
+# Which call overlaps cold page reads on this kernel (doc/batch_reads.md):
+#   make pagein-bench && build/pagein_bench FILE [--ranges 32] [--span 4096]
+pagein-bench: $(BUILD)/pagein_bench
+
+$(BUILD)/pagein_bench: bench/pagein_bench.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -o $@ $< -luring -lpthread
 
 # The same code on 2,000 vectors of test/data, one round, every engine.
 bench-smoke: $(BUILD)/libkeel.a

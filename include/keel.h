@@ -200,7 +200,15 @@ int keel_refresh(keel_index *idx);
 
 /* Finds the k nearest live vectors to query (keel_dim(idx) floats). out holds
 ** k entries; *n_out receives how many were found (fewer than k when the index
-** or the filter has fewer). Results are sorted by distance, ties by id. */
+** or the filter has fewer). Results are sorted by distance, ties by id.
+**
+** Cold files: the first search of a handle on a file that is not in memory
+** (and large enough to gain) asks the system at each step for the pages of
+** the neighbours it is about to measure, all together, instead of waiting
+** for one page fault after another (doc/batch_reads.md). KEEL_BATCH_READS=0
+** in the environment turns this off for the process, =1 on (the default);
+** the results are the same either way. A read the system reports failed
+** makes the search fail with KEEL_EIO; the next search tries again. */
 int keel_search(keel_index *idx, const float *query, size_t k,
                 const keel_search_params *p, keel_result *out, size_t *n_out);
 

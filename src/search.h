@@ -8,6 +8,7 @@
 #ifndef KEEL_SEARCH_H
 #define KEEL_SEARCH_H
 
+#include "batch_reads.h"
 #include "graph.h"
 
 typedef struct keel_search_ctx {
@@ -28,6 +29,12 @@ typedef struct keel_search_ctx {
     keel_link_scratch link;   /* for builds */
     uint32_t *sel;            /* selected neighbours, M0 + 1 */
     uint32_t dim, M0;
+    /* Batch reads (batch_reads.h): the record of the file this search
+     * reads, NULL while the module is off or the file known resident. */
+    keel_br_record *br;
+    keel_br_cache brc;
+    keel_br_range *bwant;     /* 2 (M0 + 1) ranges */
+    keel_br_scratch bscratch;
     struct keel_search_ctx *next; /* pool */
 } keel_search_ctx;
 
@@ -53,14 +60,16 @@ typedef struct keel_accept {
 } keel_accept;
 
 /* Greedy descent from `entry` through levels from..to+1; returns the nearest
-** node found at level to+1 (the start for level to). */
+** node found at level to+1 (the start for level to), or KEEL_EMPTY when
+** bringing pages in failed (ctx->br set; message recorded). */
 uint32_t keel__search_greedy(const keel_graph *gr, const keel_view *v,
                              keel_search_ctx *ctx, const float *q,
                              uint32_t entry, uint32_t from, uint32_t to);
 
 /* Beam search of one level from entry, keeping ef nodes the accept policy
 ** allows in ctx->res. Stops early, returning 1, once it has computed more than
-** budget distances (0 = no budget); returns 0 when it finished. */
+** budget distances (0 = no budget); returns 0 when it finished, -1 out of
+** memory, -2 when bringing pages in failed (ctx->br set; message recorded). */
 int keel__search_layer(const keel_graph *gr, const keel_view *v,
                        keel_search_ctx *ctx, const float *q, uint32_t entry,
                        uint32_t level, uint32_t ef, const keel_accept *acc,

@@ -28,8 +28,15 @@
 **       never unmap before close (store.c invariant 9).
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
+**   (4) While warm reads, searches leave the reading to it (batch_reads.h);
+**       a warm-up that read everything marks the whole file known resident
+**       in the batch-read record, so searches stop calling that module for
+**       good; stopping drops the record, since every caller of
+**       keel__warm_stop is about to close or swap the store with no search
+**       running.
 */
 #include "api.h"
+#include "batch_reads.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -48,6 +55,7 @@ struct keel_warm {
     int stop;                 /* atomic */
     int done;                 /* atomic: the thread finished */
     keel_store *st;
+    keel_view view;           /* what is read: the index at the start */
     warm_range *ranges;
     size_t n, cap;
     uint64_t advised;         /* bytes advised (tests, stats) */
@@ -110,8 +118,9 @@ warm_main(void *arg)
      * Vectors with huge-page advice skip it: its reads fill the page cache
      * with small pages, while the faults' own reads bring whole 2 MiB
      * pieces the system can map with one huge page each. */
-    if (advise_all(w, KEEL_ADV_WILLNEED))
-        advise_all(w, KEEL_ADV_POPULATE_READ);
+    if (advise_all(w, KEEL_ADV_WILLNEED) &&
+        advise_all(w, KEEL_ADV_POPULATE_READ))
+        keel__br_warmed(w->st, &w->view); /* rule (4) */
     __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -131,14 +140,15 @@ keel__warm_start(keel_index *idx)
     w->owner = getpid();
     w->st = idx->st;
     w->huge = (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES) != 0;
-    keel_view v;
-    int rc = keel__store_view(idx->st, &v);
+    int rc = keel__store_view(idx->st, &w->view);
     if (rc) {
         keel__free(w);
         return rc;
     }
-    keel__store_written_ranges(idx->st, &v, add_range, w);
+    keel__store_written_ranges(idx->st, &w->view, add_range, w);
+    keel__br_warming(idx->st); /* rule (4) */
     if (pthread_create(&w->tid, NULL, warm_main, w) != 0) {
+        keel__br_forget(idx->st); /* searches read for themselves again */
         keel__free(w->ranges);
         keel__free(w);
         return KEEL_OK; /* advice only: a missing thread loses nothing */
@@ -151,13 +161,22 @@ void
 keel__warm_stop(keel_index *idx)
 {
     struct keel_warm *w = idx->warm;
-    if (!w)
+    /* Rule (3) again: in a child the record's lock may be held by a thread
+     * of the parent that does not exist here; the child leaves the record
+     * (advice only) rather than wait for it. */
+    int here = idx->owner == getpid();
+    if (!w) {
+        if (here)
+            keel__br_forget(idx->st); /* rule (4) */
         return;
+    }
     idx->warm = NULL;
     if (w->owner == getpid()) { /* rule (3) */
         __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
         pthread_join(w->tid, NULL);
     }
+    if (here)
+        keel__br_forget(idx->st);
     keel__free(w->ranges);
     keel__free(w);
 }

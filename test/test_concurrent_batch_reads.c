@@ -1,0 +1,191 @@
+/* test_concurrent_batch_reads.c -- eight threads reading batches through
+** the process-wide allowance never have more than KEEL_BR_ALLOWANCE extra
+** runs out at once (counted by the source), and give every one back; and
+** readers opening, searching cold and closing beside a writer, all through
+** the shared record registry. make tsan runs it under ThreadSanitizer.
+*/
+#include "test.h"
+#include "lib/testdata.h"
+
+#include <pthread.h>
+
+#include "batch_reads.h"
+
+#define THREADS 8
+#define BATCHES 400
+
+static int out_now;   /* extra runs read and not yet waited for (atomic) */
+static int out_max;   /* the most seen (atomic) */
+static long runs_total;
+
+typedef struct batch_src {
+    int runs;         /* runs read since the last wait */
+    uint8_t disk[4096];
+} batch_src;
+
+static long
+count_read(void *self, const keel_br_run *run, const void **out)
+{
+    batch_src *b = self;
+    if (b->runs++ > 0) {
+        int now = __atomic_add_fetch(&out_now, 1, __ATOMIC_RELAXED);
+        int max = __atomic_load_n(&out_max, __ATOMIC_RELAXED);
+        while (now > max &&
+               !__atomic_compare_exchange_n(&out_max, &max, now, 1,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+    }
+    for (size_t i = 0; i < run->n; i++)
+        out[i] = b->disk;
+    __atomic_add_fetch(&runs_total, 1, __ATOMIC_RELAXED);
+    sched_yield(); /* stay in flight a while, as a real read would */
+    return (long)run->n;
+}
+
+static int
+count_wait(void *self)
+{
+    batch_src *b = self;
+    if (b->runs > 1)
+        __atomic_sub_fetch(&out_now, b->runs - 1, __ATOMIC_RELAXED);
+    b->runs = 0;
+    return 0;
+}
+
+static void *
+hammer(void *arg)
+{
+    uintptr_t seed = (uintptr_t)arg;
+    batch_src *b = calloc(1, sizeof *b);
+    keel_br_source src = {count_read, count_wait, b};
+    keel_br_scratch s = {0};
+    keel_br_range r[40];
+    const void *out[40];
+    for (int i = 0; i < BATCHES; i++) {
+        size_t n = 1 + (seed + (uintptr_t)i * 7) % 40;
+        for (size_t j = 0; j < n; j++) {
+            r[j].off = (uint64_t)j * 65536;
+            r[j].len = 64;
+            r[j].addr = NULL;
+        }
+        if (keel__br_read(&src, NULL, r, n, out, &s) != KEEL_OK)
+            break;
+    }
+    keel__br_scratch_free(&s);
+    free(b);
+    return NULL;
+}
+
+TEST(shared_allowance_bounds_extra_runs)
+{
+    pthread_t t[THREADS];
+    for (uintptr_t i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, hammer, (void *)i) == 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    int max = __atomic_load_n(&out_max, __ATOMIC_RELAXED);
+    CHECK_MSG(max <= KEEL_BR_ALLOWANCE, "%d extra runs out at once", max);
+    CHECK(max > 0);
+    CHECK_EQ(__atomic_load_n(&out_now, __ATOMIC_RELAXED), 0);
+    CHECK_EQ(__atomic_load_n(&keel__br_shared.free, __ATOMIC_RELAXED),
+             KEEL_BR_ALLOWANCE);
+    CHECK(runs_total > THREADS * BATCHES);
+}
+
+/* --- readers beside a writer, every file reported cold ------------------ */
+
+static int
+nothing_resident(void *addr, size_t len, unsigned char *vec)
+{
+    (void)addr;
+    memset(vec, 0, (len + keel__page_size() - 1) / keel__page_size());
+    return 0;
+}
+
+static long advised; /* atomic */
+
+static int
+counting_advise(void *addr, size_t len, enum keel_advice advice)
+{
+    if (advice == KEEL_ADV_WILLNEED)
+        __atomic_add_fetch(&advised, 1, __ATOMIC_RELAXED);
+    return keel__os_posix.advise(addr, len, advice);
+}
+
+#define RDIM 32
+static const char *rpath;
+static int writer_done; /* atomic */
+static int reader_failures; /* atomic */
+
+static void *
+writer_main(void *arg)
+{
+    keel_index *w = arg;
+    float v[100 * RDIM];
+    for (uint64_t b = 0; b < 10; b++) {
+        for (uint64_t i = 0; i < 100; i++)
+            td_vec_of(2000 + b * 100 + i, RDIM, v + i * RDIM);
+        if (keel_add_batch(w, v, 100, NULL, NULL) || keel_flush(w))
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&writer_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *
+reader_main(void *arg)
+{
+    uint64_t seed = (uintptr_t)arg;
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    for (int round = 0; round < 20 || !__atomic_load_n(&writer_done,
+                                                        __ATOMIC_ACQUIRE);
+         round++) {
+        keel_index *r;
+        if (keel_open_reader(rpath, NULL, &r) != KEEL_OK) {
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
+        for (int i = 0; i < 3; i++) {
+            td_vec_of(seed * 1000 + (uint64_t)round * 3 + (uint64_t)i, RDIM, q);
+            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
+                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+        }
+        keel_close(r);
+    }
+    return NULL;
+}
+
+TEST(cold_readers_beside_a_writer)
+{
+    static keel_os cold_os;
+    cold_os = keel__os_posix;
+    cold_os.resident = nothing_resident;
+    cold_os.advise = counting_advise;
+    keel__os = &cold_os;
+    keel__br_set_enabled(2); /* every file, however small */
+    rpath = test_path("cold.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
+    float *v = malloc(2000 * RDIM * sizeof *v);
+    for (uint64_t i = 0; i < 2000; i++)
+        td_vec_of(i, RDIM, v + i * RDIM);
+    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    free(v);
+    pthread_t wt, rt[4];
+    CHECK(pthread_create(&wt, NULL, writer_main, w) == 0);
+    for (uintptr_t i = 0; i < 4; i++)
+        CHECK(pthread_create(&rt[i], NULL, reader_main, (void *)(i + 1)) == 0);
+    pthread_join(wt, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(rt[i], NULL);
+    CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
+    CHECK(__atomic_load_n(&advised, __ATOMIC_RELAXED) > 0);
+    CHECK_OK(keel_close(w));
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(1);
+}
+
+TEST_MAIN()
