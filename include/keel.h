@@ -133,6 +133,16 @@ typedef struct keel_search_params {
     void *filter_arg;
 } keel_search_params;
 
+/* The path of an index in memory (as SQLite's ":memory:"): keel_open(
+** KEEL_MEMORY, dim, opt, &idx) makes a new, empty index that lives in
+** anonymous memory (a memfd) and goes away at keel_close; nothing is
+** written to any directory. Every call works on it as on a file, except:
+** keel_open_reader refuses it (each keel_open of it is a new, private
+** index: search through the handle itself); keel_flush succeeds and
+** makes nothing durable; keel_compact rewrites it into new memory. dim 0
+** is refused. A file named :memory: opens as "./:memory:". */
+#define KEEL_MEMORY ":memory:"
+
 /* Opens the index at path as its writer, creating the file if it is missing.
 ** dim is the vectors' length, 1..4096; 0 takes it from an existing file.
 ** Recovers the file to its last completed flush if a writer crashed.

@@ -306,7 +306,11 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
      * file it points to, and the undo log sits beside that file. */
     char real[4096];
     keel_file_info li;
-    int exists = keel__os->stat_path(path, &li) == 0;
+    int memory = keel__is_memory(path);
+    NEED(!memory || dim, "dimensions is 0, but an index in memory starts "
+         "empty and has no file to take them from\nhelp: give the length of "
+         "the vectors it will hold, such as 384");
+    int exists = !memory && keel__os->stat_path(path, &li) == 0;
     /* A FIFO or device is refused here, by the name the caller gave. */
     if (exists && !li.is_regular && li.type != KEEL_FILE_DIRECTORY)
         return keel__not_regular_fail(path, li.type);
@@ -323,7 +327,8 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         index_free(idx);
         return rc;
     }
-    keel__remove_leftovers(path); /* we hold the writer lock */
+    if (!memory)
+        keel__remove_leftovers(path); /* we hold the writer lock */
     keel__index_attach(idx, st);
     idx->conv = keel__malloc((size_t)idx->dim * 4 * 2);
     if (!idx->conv) {
@@ -347,6 +352,10 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
     *out = NULL;
     NEED(path && *path, "keel_open_reader was given no path\nhelp: pass the "
          "path of an existing index file");
+    NEED(!keel__is_memory(path), "\":memory:\" names an index in memory, "
+         "which has no readers: it lives in the handle keel_open returned\n"
+         "help: search through that handle (searches run alongside its "
+         "writes); a file named :memory: opens as ./:memory:");
     int rc = check_options(opt);
     if (rc)
         return rc;
