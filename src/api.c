@@ -22,6 +22,7 @@
 ** so a search on a writer handle runs while an add on another thread links.
 */
 #include "api.h"
+#include "filter.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -737,10 +738,6 @@ check_search_args(keel_index *idx, const char *fn, const void *q, size_t k,
     NEED(out && n_out, "%s was given no room for results\nhelp: pass out with "
          "room for k results and n_out", fn);
     if (p) {
-        NEED(!(p->filter && p->allowed),
-             "the search was given both an allow-list and a filter callback\n"
-             "help: pass one of them; check the allow-list inside the callback "
-             "if you need both");
         NEED(p->allowed || p->n_allowed == 0,
              "n_allowed is %zu but allowed is NULL\nhelp: pass the ids, or "
              "n_allowed 0 without a filter", p->n_allowed);
@@ -760,6 +757,7 @@ typedef struct search_job {
     uint32_t ef;
     keel_result *out;
     size_t *n_out;
+    const keel_filter *const *filters; /* one per query, or NULL */
     size_t next;              /* atomic */
     int rc;                   /* first failure (atomic) */
 } search_job;
@@ -776,8 +774,12 @@ search_worker(void *arg)
         if (i >= j->nq || rc)
             break;
         const float *q = prep_query(idx, j->queries + i * idx->dim, c->vbuf);
-        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef, j->acc,
-                              j->out + i * j->k, &j->n_out[i]);
+        keel_accept own;
+        if (j->filters)
+            keel__filter_accept(j->filters[i], &own);
+        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef,
+                              j->filters ? &own : j->acc, j->out + i * j->k,
+                              &j->n_out[i]);
     }
     keel__ctx_put(idx, c);
     if (rc) {
@@ -802,23 +804,19 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
         if ((rc = check_vector(idx, queries + i * idx->dim, "query",
                                batch ? (long long)i : -1, 0)))
             return rc;
-    keel_accept acc = {0};
-    keel_idset set = {0};
-    if (p && p->filter) {
-        acc.filter = p->filter;
-        acc.filter_arg = p->filter_arg;
-    } else if (p && p->allowed) {
-        if ((rc = keel__idset_build(&set, p->allowed, p->n_allowed)))
-            return rc;
-        acc.allowed = &set;
-    }
+    keel_accept acc;
+    keel_idset set;
+    if ((rc = keel__params_accept(p, &acc, &set)))
+        return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
                       .nq = nq, .k = k, .out = out, .n_out = n_out,
+                      .filters = p ? p->query_filters : NULL,
                       .ef = p && p->ef ? p->ef : idx->ef_search};
-    uint32_t threads = acc.filter ? 1 : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
+    uint32_t threads = !keel__accept_threadsafe(&acc) ? 1
+                     : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
     pthread_t tid[64];
     uint32_t started = 0;
     for (uint32_t t = 1; !rc && t < threads && t <= 64; t++)
@@ -844,7 +842,7 @@ keel_search(keel_index *idx, const float *query, size_t k,
 {
     keel__clear_error();
     int rc = check_search_args(idx, "keel_search", query, k, p, out, n_out);
-    if (rc)
+    if (rc || (rc = keel__params_check_filters(p, "keel_search", 0)))
         return rc;
     size_t n = 0;
     rc = search_many(idx, query, 1, k, p, out, &n, 0);
@@ -860,7 +858,8 @@ keel_search_batch(keel_index *idx, const float *queries, size_t nq, size_t k,
     keel__clear_error();
     int rc = check_search_args(idx, "keel_search_batch", queries, k, p, out,
                                n_out);
-    if (rc || nq == 0)
+    if (rc || (rc = keel__params_check_filters(p, "keel_search_batch", 1)) ||
+        nq == 0)
         return rc;
     return search_many(idx, queries, nq, k, p, out, n_out, 1);
 }
@@ -999,4 +998,17 @@ keel_check(keel_index *idx)
     rc = keel__store_check(idx->st);
     read_end(idx);
     return rc;
+}
+
+/* For the api layer's other files (radius.c). */
+int
+keel__check_query(const keel_index *idx, const float *q)
+{
+    return check_vector(idx, q, "query", -1, 0);
+}
+
+const float *
+keel__prep_query(const keel_index *idx, const float *q, float *buf)
+{
+    return prep_query(idx, q, buf);
 }
