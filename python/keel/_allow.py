@@ -72,6 +72,12 @@ def _is_id(x):
         not isinstance(x, (bool, np.bool_))
 
 
+def _is_list(x):
+    """Whether x is an allow-list (or None) rather than an id."""
+    return x is None or isinstance(
+        x, (list, tuple, set, frozenset, range, np.ndarray, _keel.Filter))
+
+
 def allowed(obj, fn, batch):
     """allowed= as a uint64 array of ids, a Filter, or (search_batch) a
     tuple of Filters or None, one per query."""
@@ -81,14 +87,13 @@ def allowed(obj, fn, batch):
         return obj
     if batch and isinstance(obj, np.ndarray) and obj.ndim == 2:
         return tuple(Filter(row) for row in obj)
-    if isinstance(obj, (list, tuple)) and obj and not all(
-            _is_id(x) for x in obj):
+    if isinstance(obj, (list, tuple)) and any(_is_list(x) for x in obj):
         if not batch:
             raise TypeError(
                 "%s() takes allowed as one allow-list of integer ids, not a "
                 "list holding %s\nhelp: one allow-list per query is for "
                 "search_batch()" % (fn, type(next(
-                    x for x in obj if not _is_id(x))).__name__))
+                    x for x in obj if _is_list(x))).__name__))
         ids = [i for i, x in enumerate(obj) if _is_id(x)]
         if ids:
             raise TypeError(
@@ -97,8 +102,8 @@ def allowed(obj, fn, batch):
                 "element %d a %s\nhelp: pass a list of lists (None for every "
                 "id) for one per query" % (
                     ids[0], next(i for i, x in enumerate(obj)
-                                 if not _is_id(x)),
-                    type(next(x for x in obj if not _is_id(x))).__name__))
+                                 if _is_list(x)),
+                    type(next(x for x in obj if _is_list(x))).__name__))
         return tuple(None if x is None else
                      x if isinstance(x, _keel.Filter) else Filter(x)
                      for x in obj)
