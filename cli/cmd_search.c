@@ -37,6 +37,8 @@ enum {
     O_TRUTH,
     O_OUT,
     O_JSON,
+    O_RADIUS,
+    O_MAX,
     O_COUNT
 };
 
@@ -49,6 +51,8 @@ struct job {
     uint32_t dim;
     size_t nq, k;
     const keel_search_params *params;
+    int radius_search;    /* --radius: k is --max */
+    float radius;
     keel_result *results; /* nq * k */
     size_t *found;        /* nq */
     double *latency_ms;   /* nq */
@@ -68,9 +72,13 @@ run_queries(void *arg)
         if (i >= job->nq)
             break;
         double t0 = cli_now();
-        int rc = keel_search(job->idx, job->queries + i * job->dim, job->k,
-                             job->params, job->results + i * job->k,
-                             &job->found[i]);
+        const float *q = job->queries + i * job->dim;
+        int rc = job->radius_search
+            ? keel_search_radius(job->idx, q, job->radius, job->k,
+                                 job->params, job->results + i * job->k,
+                                 &job->found[i])
+            : keel_search(job->idx, q, job->k, job->params,
+                          job->results + i * job->k, &job->found[i]);
         double t1 = cli_now();
         if (rc != KEEL_OK) {
             if (atomic_exchange(&job->failed, 1) == 0) {
@@ -286,6 +294,10 @@ struct summary {
     double qps, mean, p50, p99, seconds; /* the second pass */
     double recall;
     int has_recall;
+    int radius_search;        /* k is the cap */
+    float radius;
+    double mean_found;
+    size_t capped;            /* queries that found k */
 };
 
 static void
@@ -304,13 +316,26 @@ print_summary(FILE *f, const struct summary *s, int json)
             fprintf(f, "%.4f", s->recall);
         else
             fputs("null", f);
+        if (s->radius_search)
+            fprintf(f, ", \"radius\": %.9g, \"max\": %zu, \"mean_found\": "
+                    "%.2f, \"queries_at_max\": %zu", (double)s->radius, s->k,
+                    s->mean_found, s->capped);
         fprintf(f, ", \"seconds\": %.3f}\n", s->seconds);
         return;
     }
     char q[32], label[32];
     snprintf(label, sizeof label, "recall@%zu:", s->k);
     fprintf(f, "%-12s %s\n", "queries:", cli_commas(s->queries, q, sizeof q));
-    fprintf(f, "%-12s %zu\n", "k:", s->k);
+    if (s->radius_search) {
+        fprintf(f, "%-12s %.9g\n", "radius:", (double)s->radius);
+        fprintf(f, "%-12s %zu\n", "max:", s->k);
+        fprintf(f, "%-12s %.2f per query\n", "found:", s->mean_found);
+        fprintf(f, "%-12s %zu queries%s\n", "at max:", s->capped,
+                s->capped ? " (raise --max to see all within the radius)"
+                          : "");
+    } else {
+        fprintf(f, "%-12s %zu\n", "k:", s->k);
+    }
     fprintf(f, "%-12s %u\n", "ef:", s->ef);
     fprintf(f, "first pass, the index's pages touched for the first time:\n");
     fprintf(f, "%-12s %.3f ms\n", "first query:", s->first_ms);
@@ -419,6 +444,36 @@ open_index(const char *path, cli_opt *opts, keel_index **idx)
     return rc;
 }
 
+/* --radius R and --max N (default 1000) into *radius and *cap; -k and
+** --truth belong to nearest-neighbour searches. */
+static int
+parse_radius(cli_opt *opts, float *radius, uint64_t *cap)
+{
+    const char *r = opts[O_RADIUS].value;
+    char *end;
+    errno = 0;
+    double v = strtod(r, &end);
+    if (end == r || *end != '\0' || errno == ERANGE || v != v ||
+        v > 3.4e38 || v < -3.4e38)
+        return cli_usage("search", "give --radius a finite distance, such as "
+                         "0.5", "--radius %s is not a finite number", r);
+    if (opts[O_K].value != NULL)
+        return cli_usage("search", "give --max N to cap a radius search, or "
+                         "drop --radius for the K nearest",
+                         "-k %s and --radius %s were both given",
+                         opts[O_K].value, r);
+    if (opts[O_TRUTH].value != NULL)
+        return cli_usage("search", "drop --truth: it holds nearest "
+                         "neighbours, which measure -k searches",
+                         "--truth %s says nothing of a search within "
+                         "--radius %s", opts[O_TRUTH].value, r);
+    *radius = (float)v;
+    *cap = 1000;
+    if (opts[O_MAX].value != NULL)
+        return cli_u64("search", "--max", opts[O_MAX].value, 1, MAX_K, cap);
+    return CLI_OK;
+}
+
 int
 cmd_search(int argc, char **argv)
 {
@@ -435,7 +490,10 @@ cmd_search(int argc, char **argv)
         [O_TRUTH] = {"--truth", 1, NULL},
         [O_OUT] = {"--out", 1, NULL},
         [O_JSON] = {"--json", 0, NULL},
+        [O_RADIUS] = {"--radius", 1, NULL},
+        [O_MAX] = {"--max", 1, NULL},
     };
+    float radius = 0;
     struct inputs in;
     struct job job;
     struct summary sum;
@@ -454,10 +512,18 @@ cmd_search(int argc, char **argv)
     rc = cli_parse("search", argc, argv, opts, O_COUNT, &npos);
     if (rc == CLI_OK)
         rc = cli_want("search", npos, argv, names, 2, 0);
-    if (rc == CLI_OK && opts[O_K].value == NULL)
-        rc = cli_usage("search", "give the number of neighbours, e.g. -k 10",
+    int by_radius = opts[O_RADIUS].value != NULL;
+    if (rc == CLI_OK && by_radius)
+        rc = parse_radius(opts, &radius, &k);
+    else if (rc == CLI_OK && opts[O_MAX].value != NULL)
+        rc = cli_usage("search", "give --radius R with --max N, or -k K for "
+                       "the K nearest", "--max %s caps a radius search, but "
+                       "no --radius was given", opts[O_MAX].value);
+    if (rc == CLI_OK && !by_radius && opts[O_K].value == NULL)
+        rc = cli_usage("search", "give the number of neighbours, e.g. -k 10, "
+                       "or --radius R for every vector within R",
                        "missing -k");
-    if (rc == CLI_OK)
+    if (rc == CLI_OK && !by_radius)
         rc = cli_u64("search", "-k", opts[O_K].value, 1, MAX_K, &k);
     if (rc == CLI_OK && opts[O_EF].value != NULL)
         rc = cli_u32("search", "--ef", opts[O_EF].value, 1, UINT32_MAX, &ef);
@@ -521,6 +587,8 @@ cmd_search(int argc, char **argv)
     job.nq = in.queries.n;
     job.k = (size_t)k;
     job.params = &params;
+    job.radius_search = by_radius;
+    job.radius = radius;
     if (job.nq > SIZE_MAX / sizeof(keel_result) / job.k) {
         rc = cli_fail("search fewer queries or a smaller -k",
                       "%zu queries of -k %zu need more memory than exists",
@@ -564,6 +632,16 @@ cmd_search(int argc, char **argv)
 
     sum.queries = job.nq;
     sum.k = job.k;
+    sum.radius_search = by_radius;
+    sum.radius = radius;
+    if (by_radius) {
+        double total = 0;
+        for (size_t i = 0; i < job.nq; i++) {
+            total += (double)job.found[i];
+            sum.capped += job.found[i] == job.k;
+        }
+        sum.mean_found = job.nq ? total / (double)job.nq : 0;
+    }
     sum.ef = ef ? ef : 64; /* keel.h: ef_search 0 = 64 */
     sum.seconds = seconds;
     sum.qps = seconds > 0 ? (double)job.nq / seconds : 0;

@@ -50,13 +50,15 @@ static const struct command commands[] = {
      "  --threads N            linking threads (default 0: every core)\n"},
     {"search", cmd_search, "run queries, report speed and recall",
      "usage: keel search INDEX QUERIES -k K [options]\n"
+     "       keel search INDEX QUERIES --radius R [--max N] [options]\n"
      "\n"
      "Searches the K nearest neighbours of every query in QUERIES (same\n"
      "formats as build) and prints the number of queries, queries per second,\n"
      "latency p50/p99 in milliseconds, and recall@K with --truth.\n"
      "\n"
      "options:\n"
-     "  -k K                   neighbours per query, 1..1000000 (required)\n"
+     "  -k K                   neighbours per query, 1..1000000 (required\n"
+     "                         without --radius)\n"
      "  --ef N                 search width (default: the index's, 64)\n"
      "  --reader               open as a reader (the default; kept for\n"
      "                         scripts)\n"
@@ -68,6 +70,12 @@ static const struct command commands[] = {
      "                         file, which are the ids 'keel build' gives)\n"
      "  --truth exact          with --allowed: recall against the exact\n"
      "                         answer among the allowed ids (brute force)\n"
+     "  --radius R             instead of -k: every vector within distance R\n"
+     "                         (as --out reports it), nearest first; like\n"
+     "                         -k, approximate\n"
+     "  --max N                with --radius: at most the N nearest per\n"
+     "                         query, 1..1000000 (default 1000); the summary\n"
+     "                         counts the queries that reached it\n"
      "  --out FILE.tsv         write query, rank, id, distance per result\n"
      "                         (- for standard output)\n"
      "  --json                 print the summary as one JSON object\n"},
@@ -434,9 +442,23 @@ cli_precision_name(keel_precision p)
 
 /* --- opening ------------------------------------------------------------- */
 
+/* ":memory:" names an index in memory to the library, which lives as long
+** as one program: nothing a command could build, search or keep. */
+static int
+memory_refused(const char *path)
+{
+    return cli_fail("give the path of an index file; a file named :memory: "
+                    "is ./:memory:",
+                    "%s names an index in memory, which lives only inside "
+                    "the program that opens it (C, Python), not across keel "
+                    "commands", path);
+}
+
 int
 cli_open_reader(const char *path, const keel_options *opt, keel_index **out)
 {
+    if (strcmp(path, KEEL_MEMORY) == 0)
+        return memory_refused(path);
     int rc = keel_open_reader(path, opt, out);
 
     return rc == KEEL_OK ? CLI_OK : cli_keel_error(rc);
@@ -450,6 +472,8 @@ cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
     keel_stats st;
     int rc;
 
+    if (strcmp(path, KEEL_MEMORY) == 0)
+        return memory_refused(path);
     /* A reader looks first. It tells us the file's fixed options, and since
     ** it never writes, a path that holds something else (a text file, a
     ** typo) is refused before a writer could touch it. */

@@ -124,18 +124,59 @@ typedef struct {
     float distance;
 } keel_result;
 
+/* A prepared allow-list: a set of ids (or an interval of them) made once
+** and given to any number of searches, on any index and from any thread,
+** without the per-call cost of reading an id array. Immutable once made;
+** free it only after the searches that use it have returned. */
+typedef struct keel_filter keel_filter;
+
 /* Per-call search parameters. NULL or all zero = defaults. Give at most one
-** of an allow-list (ids; ids not in the index are ignored; n_allowed 0 with a
-** non-NULL pointer matches nothing) and a filter callback (returns nonzero to
-** accept an id; called from the searching thread, possibly many times per id).
-*/
+** of: an allow-list (ids; ids not in the index are ignored; n_allowed 0 with
+** a non-NULL pointer matches nothing), a prepared allow-list (allowed_filter),
+** per-query prepared allow-lists (query_filters, keel_search_batch only), and
+** a filter callback (returns nonzero to accept an id; called from the
+** searching thread, possibly many times per id). */
 typedef struct keel_search_params {
     uint32_t ef; /* 0 = the handle's ef_search */
     const uint64_t *allowed;
     size_t n_allowed;
     int (*filter)(uint64_t id, void *arg);
     void *filter_arg;
+    const keel_filter *allowed_filter;
+    /* keel_search_batch: nq entries, query i searches only query_filters[i]
+     * (a NULL entry: every id). Results equal keel_search of each query with
+     * allowed_filter = query_filters[i], bit for bit. */
+    const keel_filter *const *query_filters;
 } keel_search_params;
+
+/* Makes a prepared allow-list of n ids (ids may repeat; UINT64_MAX and ids
+** not in an index are ignored; n 0 matches nothing). Costs about what one
+** search with the same ids in keel_search_params.allowed spends reading
+** them. *out is NULL on failure. */
+int keel_filter_new(const uint64_t *ids, size_t n, keel_filter **out);
+
+/* Makes a prepared allow-list of the ids first, first + step, ... below end
+** (Python's range(first, end, step)): an interval, in constant memory
+** however many ids it spans. first >= end matches nothing; step >= 1. */
+int keel_filter_new_range(uint64_t first, uint64_t end, uint64_t step,
+                          keel_filter **out);
+
+/* How many ids the allow-list holds (distinct; a range's count). 0 for
+** NULL. */
+uint64_t keel_filter_count(const keel_filter *f);
+
+/* Frees a prepared allow-list. NULL is a no-op. */
+int keel_filter_free(keel_filter *f);
+
+/* The path of an index in memory (as SQLite's ":memory:"): keel_open(
+** KEEL_MEMORY, dim, opt, &idx) makes a new, empty index that lives in
+** anonymous memory (a memfd) and goes away at keel_close; nothing is
+** written to any directory. Every call works on it as on a file, except:
+** keel_open_reader refuses it (each keel_open of it is a new, private
+** index: search through the handle itself); keel_flush succeeds and
+** makes nothing durable; keel_compact rewrites it into new memory. dim 0
+** is refused. A file named :memory: opens as "./:memory:". */
+#define KEEL_MEMORY ":memory:"
 
 /* Opens the index at path as its writer, creating the file if it is missing.
 ** dim is the vectors' length, 1..4096; 0 takes it from an existing file.
@@ -219,6 +260,24 @@ int keel_search(keel_index *idx, const float *query, size_t k,
 int keel_search_batch(keel_index *idx, const float *queries, size_t nq,
                       size_t k, const keel_search_params *p, keel_result *out,
                       size_t *n_out);
+
+/* Finds the live vectors within distance radius of query (the distance
+** keel_result reports: Euclidean for KEEL_L2, 1 - cos, 1 - dot), nearest
+** first, ties by id; at most max_results of them (the nearest), in out
+** (max_results entries), with their number in *n_out. *n_out ==
+** max_results means there may be more. p as for keel_search (ef, one
+** allow-list or callback; not query_filters).
+** Approximate like keel_search: the walk explores like a k-NN search with
+** ef at least max_results and goes on while it meets vectors within the
+** radius, so it finds most of them (recall against an exact scan is
+** measured in test_radius.c); with an allow-list of few ids it scans them
+** exactly. radius is finite; under KEEL_L2 and KEEL_COSINE it is >= 0
+** (0 finds exact copies; under cosine rounding puts copies about 1e-7
+** apart); under KEEL_IP distances, and so radius, may be negative.
+** max_results 1..1,000,000; the walk's cost grows with it like k's. */
+int keel_search_radius(keel_index *idx, const float *query, float radius,
+                       size_t max_results, const keel_search_params *p,
+                       keel_result *out, size_t *n_out);
 
 /* Copies the stored vector of a live id into vec_out (dim floats). Cosine
 ** indexes store vectors normalized; f16 indexes return the rounded values. */

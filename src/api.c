@@ -25,6 +25,7 @@
 ** so a search on a writer handle runs while an add on another thread links.
 */
 #include "api.h"
+#include "filter.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -315,7 +316,11 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
      * file it points to, and the undo log sits beside that file. */
     char real[4096];
     keel_file_info li;
-    int exists = keel__os->stat_path(path, &li) == 0;
+    int memory = keel__is_memory(path);
+    NEED(!memory || dim, "dimensions is 0, but an index in memory starts "
+         "empty and has no file to take them from\nhelp: give the length of "
+         "the vectors it will hold, such as 384");
+    int exists = !memory && keel__os->stat_path(path, &li) == 0;
     /* A FIFO or device is refused here, by the name the caller gave. */
     if (exists && !li.is_regular && li.type != KEEL_FILE_DIRECTORY)
         return keel__not_regular_fail(path, li.type);
@@ -332,7 +337,8 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         index_free(idx);
         return rc;
     }
-    keel__remove_leftovers(path); /* we hold the writer lock */
+    if (!memory)
+        keel__remove_leftovers(path); /* we hold the writer lock */
     keel__index_attach(idx, st);
     idx->conv = keel__malloc((size_t)idx->dim * 4 * 2);
     if (!idx->conv) {
@@ -356,6 +362,10 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
     *out = NULL;
     NEED(path && *path, "keel_open_reader was given no path\nhelp: pass the "
          "path of an existing index file");
+    NEED(!keel__is_memory(path), "\":memory:\" names an index in memory, "
+         "which has no readers: it lives in the handle keel_open returned\n"
+         "help: search through that handle (searches run alongside its "
+         "writes); a file named :memory: opens as ./:memory:");
     int rc = check_options(opt);
     if (rc)
         return rc;
@@ -742,10 +752,6 @@ check_search_args(keel_index *idx, const char *fn, const void *q, size_t k,
     NEED(out && n_out, "%s was given no room for results\nhelp: pass out with "
          "room for k results and n_out", fn);
     if (p) {
-        NEED(!(p->filter && p->allowed),
-             "the search was given both an allow-list and a filter callback\n"
-             "help: pass one of them; check the allow-list inside the callback "
-             "if you need both");
         NEED(p->allowed || p->n_allowed == 0,
              "n_allowed is %zu but allowed is NULL\nhelp: pass the ids, or "
              "n_allowed 0 without a filter", p->n_allowed);
@@ -765,6 +771,7 @@ typedef struct search_job {
     uint32_t ef;
     keel_result *out;
     size_t *n_out;
+    const keel_filter *const *filters; /* one per query, or NULL */
     size_t next;              /* atomic */
     int rc;                   /* first failure (atomic) */
 } search_job;
@@ -781,8 +788,12 @@ search_worker(void *arg)
         if (i >= j->nq || rc)
             break;
         const float *q = prep_query(idx, j->queries + i * idx->dim, c->vbuf);
-        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef, j->acc,
-                              j->out + i * j->k, &j->n_out[i]);
+        keel_accept own;
+        if (j->filters)
+            keel__filter_accept(j->filters[i], &own);
+        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef,
+                              j->filters ? &own : j->acc, j->out + i * j->k,
+                              &j->n_out[i]);
     }
     keel__ctx_put(idx, c);
     if (rc) {
@@ -807,23 +818,19 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
         if ((rc = check_vector(idx, queries + i * idx->dim, "query",
                                batch ? (long long)i : -1, 0)))
             return rc;
-    keel_accept acc = {0};
-    keel_idset set = {0};
-    if (p && p->filter) {
-        acc.filter = p->filter;
-        acc.filter_arg = p->filter_arg;
-    } else if (p && p->allowed) {
-        if ((rc = keel__idset_build(&set, p->allowed, p->n_allowed)))
-            return rc;
-        acc.allowed = &set;
-    }
+    keel_accept acc;
+    keel_idset set;
+    if ((rc = keel__params_accept(p, &acc, &set)))
+        return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
                       .nq = nq, .k = k, .out = out, .n_out = n_out,
+                      .filters = p ? p->query_filters : NULL,
                       .ef = p && p->ef ? p->ef : idx->ef_search};
-    uint32_t threads = acc.filter ? 1 : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
+    uint32_t threads = !keel__accept_threadsafe(&acc) ? 1
+                     : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
     pthread_t tid[64];
     uint32_t started = 0;
     for (uint32_t t = 1; !rc && t < threads && t <= 64; t++)
@@ -849,7 +856,7 @@ keel_search(keel_index *idx, const float *query, size_t k,
 {
     keel__clear_error();
     int rc = check_search_args(idx, "keel_search", query, k, p, out, n_out);
-    if (rc)
+    if (rc || (rc = keel__params_check_filters(p, "keel_search", 0)))
         return rc;
     size_t n = 0;
     rc = search_many(idx, query, 1, k, p, out, &n, 0);
@@ -865,7 +872,8 @@ keel_search_batch(keel_index *idx, const float *queries, size_t nq, size_t k,
     keel__clear_error();
     int rc = check_search_args(idx, "keel_search_batch", queries, k, p, out,
                                n_out);
-    if (rc || nq == 0)
+    if (rc || (rc = keel__params_check_filters(p, "keel_search_batch", 1)) ||
+        nq == 0)
         return rc;
     return search_many(idx, queries, nq, k, p, out, n_out, 1);
 }
@@ -1004,4 +1012,17 @@ keel_check(keel_index *idx)
     rc = keel__store_check(idx->st);
     read_end(idx);
     return rc;
+}
+
+/* For the api layer's other files (radius.c). */
+int
+keel__check_query(const keel_index *idx, const float *q)
+{
+    return check_vector(idx, q, "query", -1, 0);
+}
+
+const float *
+keel__prep_query(const keel_index *idx, const float *q, float *buf)
+{
+    return prep_query(idx, q, buf);
 }

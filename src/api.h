@@ -56,6 +56,12 @@ int keel__index_attach(keel_index *idx, keel_store *st);
 keel_search_ctx *keel__ctx_get(keel_index *idx);
 void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
 
+/* api.c, for radius.c: checks a query's components (KEEL_EINVAL with a
+** message); the query as searched (normalized into buf for cosine). */
+int keel__check_query(const keel_index *idx, const float *q);
+const float *keel__prep_query(const keel_index *idx, const float *q,
+                              float *buf);
+
 /* life.c: a reader moves to the file that replaced its own (compaction);
 ** a writer removes what a crashed compaction left. A reader whose path
 ** names another index, or an older state of its own, keeps its last

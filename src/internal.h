@@ -119,6 +119,13 @@ keel__put32(void *p, uint32_t v)
 ** keel__free); NULL with KEEL_ENOMEM's message on failure. */
 char *keel__path_plus(const char *path, const char *suffix);
 
+/* Whether path names an index in memory (KEEL_MEMORY, ":memory:"). */
+static inline bool
+keel__is_memory(const char *path)
+{
+    return path && strcmp(path, KEEL_MEMORY) == 0;
+}
+
 /* The number of online cores, at least 1. */
 uint32_t keel__cpu_count(void);
 

@@ -149,12 +149,16 @@ keel_compact(keel_index *idx)
     keel__backup_wait(idx);
     keel_store *old = idx->st, *nw = NULL;
     keel_graph *ngr = NULL;
-    char *tmp = keel__path_plus(idx->path, ".compacting"), *dir = parent_dir(idx->path);
+    /* In memory, the new index is new memory: no name, rename or flag. */
+    int memory = old->memory;
+    char *tmp = keel__path_plus(idx->path, memory ? "" : ".compacting");
+    char *dir = parent_dir(idx->path);
     int rc = (!tmp || !dir) ? KEEL_ENOMEM : keel__store_commit(old);
-    int flagged = 0;
+    int flagged = 0, err = 0;
     if (rc)
         goto fail;
-    keel__os->unlink(tmp);
+    if (!memory)
+        keel__os->unlink(tmp);
     keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
                            .metric = old->metric, .precision = old->precision,
                            .have_options = 1};
@@ -169,10 +173,12 @@ keel_compact(keel_index *idx)
     keel__graph_init(ngr, nw);
     if ((rc = copy_live(idx, old, nw, ngr)) || (rc = keel__store_commit(nw)))
         goto fail;
+    if (memory)
+        goto swap;
     if ((rc = keel__store_set_superseded(old, 1)))
         goto fail;
     flagged = 1;
-    int err = keel__os->rename(tmp, idx->path);
+    err = keel__os->rename(tmp, idx->path);
     if (err) {
         rc = keel__fail(KEEL_EIO, "renaming %s over %s failed: %s\nhelp: check "
                         "the directory's permissions; the index is unchanged",
@@ -184,6 +190,7 @@ keel_compact(keel_index *idx)
     /* The rename happened: from here on the new file is the index. */
     free(nw->path);
     nw->path = strdup(idx->path);
+swap:
     pthread_rwlock_wrlock(&idx->swap_lock);
     swap_store(idx, nw);
     pthread_rwlock_unlock(&idx->swap_lock);
@@ -203,7 +210,7 @@ fail:
     if (flagged && keel__store_set_superseded(old, 0) == KEEL_OK)
         flagged = 0;
     keel__store_close(nw);
-    if (tmp)
+    if (tmp && !memory)
         keel__os->unlink(tmp);
     keel__free(ngr);
     pthread_mutex_unlock(&idx->write_lock);

@@ -92,6 +92,12 @@ typedef struct keel_os {
     int (*resident)(void *addr, size_t len, unsigned char *vec);
     /* n random bytes from the system (getrandom). */
     int (*random)(void *buf, size_t n);
+    /* An anonymous file in memory, read-write and close-on-exec, with no
+     * name in any directory (memfd_create; else an unnamed file in
+     * /dev/shm): the backing of an index opened as ":memory:". It goes
+     * away with its last descriptor and mapping. name labels it in
+     * /proc/PID/fd only. */
+    int (*memfd)(const char *name);
 } keel_os;
 
 /* The table in use. Tests may point it at their own table. */

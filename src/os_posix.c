@@ -450,6 +450,25 @@ os_resident(void *addr, size_t len, unsigned char *vec)
     return mincore(addr, len, vec) == 0 ? 0 : -errno;
 }
 
+static int
+os_memfd(const char *name)
+{
+    int fd;
+#if defined(__linux__) && defined(MFD_CLOEXEC)
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd >= 0 || errno != ENOSYS)
+        return fd >= 0 ? fd : -errno;
+#else
+    (void)name;
+#endif
+#ifdef O_TMPFILE
+    fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    return fd >= 0 ? fd : -errno;
+#else
+    return -ENOSYS;
+#endif
+}
+
 const keel_os keel__os_posix = {
     .open = os_open,
     .close = os_close,
@@ -471,6 +490,7 @@ const keel_os keel__os_posix = {
     .evict = os_evict,
     .resident = os_resident,
     .random = os_random,
+    .memfd = os_memfd,
 };
 
 const keel_os *keel__os = &keel__os_posix;

@@ -41,6 +41,12 @@
 static int
 io_fail(int err, const char *what, const char *path)
 {
+    if (keel__is_memory(path))
+        return keel__fail(err == -ENOSPC || err == -ENOMEM || err == -EDQUOT
+                              ? KEEL_ENOMEM : KEEL_EIO,
+                          "%s for the index in memory failed: %s\nhelp: free "
+                          "memory, or open an index file instead of "
+                          "\":memory:\"", what, strerror(-err));
     if (err == -ENOSPC || err == -EDQUOT)
         return keel__fail(KEEL_EFULL,
                           "%s %s failed: no space left on the device\n"
@@ -985,7 +991,7 @@ init_file(keel_store *st, const keel_store_params *p)
         rc = sync_file(st);
     if (rc)
         return rc;
-    char *dir = strdup(st->path);
+    char *dir = st->memory ? NULL : strdup(st->path);
     if (dir) {
         char *slash = strrchr(dir, '/');
         if (slash == dir)
@@ -1120,6 +1126,13 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
 {
     int fd = -1, created = 0, rc;
     keel_file_info pre;
+    if (keel__is_memory(path)) { /* a new file with no name: nothing to
+                                  * lock, nothing to recover */
+        if ((fd = keel__os->memfd("keel:memory")) < 0)
+            return io_fail(fd, "creating the file", path);
+        created = 1;
+        goto opened;
+    }
     /* Refuse a FIFO, device or socket before opening it: opening a device
      * for writing can itself do something. The fstat below still decides. */
     if (keel__os->stat_path(path, &pre) == 0 && !pre.is_regular &&
@@ -1173,11 +1186,13 @@ keel__store_open_writer(const char *path, const keel_store_params *p,
         }
         break;
     }
+opened:;
     keel_store *st = store_new(fd, path, 1);
     if (!st) {
         keel__os->close(fd);
         return KEEL_ENOMEM;
     }
+    st->memory = created && keel__is_memory(path);
     keel_file_info fi;
     int err = keel__os->stat(fd, &fi);
     if (err) {

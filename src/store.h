@@ -43,6 +43,8 @@ typedef struct keel_idtab {
 typedef struct keel_store {
     int fd;
     int writer;               /* 1 for the writer */
+    int memory;               /* 1: an index in memory (":memory:"): no
+                               * name on disk, no undo log, no readers */
     char *path;
     keel_geometry g;
     int metric, precision;

@@ -244,7 +244,7 @@ keel__undo_save(keel_store *st, uint64_t slot, int *wrote)
     uint64_t bit = (uint64_t)1 << (i & 63);
     uint64_t *bits = KEEL_LOAD_ACQUIRE(&st->saved_bits[k]);
     if ((bits && (KEEL_LOAD_ACQUIRE(&bits[i >> 6]) & bit)) ||
-        keel__mutant == KEEL_MUT_NO_UNDO)
+        keel__mutant == KEEL_MUT_NO_UNDO || st->memory)
         return KEEL_OK;
     pthread_mutex_lock(&st->undo_lock);
     int rc = KEEL_OK;
@@ -482,6 +482,8 @@ done:
 int
 keel__undo_recover(keel_store *st)
 {
+    if (st->memory)
+        return KEEL_OK; /* no crash to undo: memory goes with the process */
     int rc = undo_place(st);
     if (rc)
         return rc;

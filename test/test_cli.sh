@@ -216,6 +216,37 @@ done
 expect 1 "check of a corrupt copy" check "$T/bad.keel"
 ok "check exits 1 with a help line on an index with both headers damaged"
 
+# --- radius search and :memory: -------------------------------------------
+
+expect 0 "search --radius" search "$IDX" "$QUERY" --radius 5 --max 50 \
+    --out "$T/radius.tsv"
+[ "$(field radius)" = 5 ] || fail "search --radius printed no radius"
+[ "$(field max)" = 50 ] || fail "search --radius printed no max"
+field found | grep -q 'per query' || fail "search --radius printed no found"
+awk -F '\t' '$4 > 5 || $2 >= 50 { bad = 1 } END { exit bad }' \
+    "$T/radius.tsv" || fail "search --radius wrote a result past 5 or 50"
+[ -s "$T/radius.tsv" ] || fail "search --radius --out wrote nothing"
+expect 0 "search --radius --json" search "$IDX" "$QUERY" --radius 5 --json
+grep -q '"radius": 5, "max": 1000, "mean_found": ' "$T/out" ||
+    fail "search --radius --json lacks radius, max and mean_found"
+expect 2 "search --radius with -k" search "$IDX" "$QUERY" --radius 5 -k 3
+grep -q -- '--max' "$T/err" || fail "--radius with -k does not point at --max"
+expect 2 "search --radius nan" search "$IDX" "$QUERY" --radius nan
+expect 2 "search --radius with --truth" search "$IDX" "$QUERY" --radius 5 \
+    --truth "$TRUTH"
+expect 2 "search --max without --radius" search "$IDX" "$QUERY" -k 3 --max 9
+expect 2 "search --radius --max 0" search "$IDX" "$QUERY" --radius 5 --max 0
+expect 1 "search --radius -1 (l2)" search "$IDX" "$QUERY" --radius -1
+grep -q 'never negative' "$T/err" || fail "--radius -1 was not explained"
+ok "search --radius: within the radius, capped by --max, refusals"
+
+expect 1 "info :memory:" info :memory:
+grep -q 'in memory' "$T/err" || fail "info :memory: does not say why"
+expect 1 "build :memory:" build :memory: "$BASE"
+[ ! -e ":memory:" ] && [ ! -e "$T/:memory:" ] ||
+    fail "build :memory: left a file"
+ok ":memory: is refused by every command, with a reason"
+
 # --- get and delete --------------------------------------------------------
 
 expect 0 "get" get "$IDX" 5

@@ -18,6 +18,7 @@ from ._errors import (BY_CODE, CancelledError, CorruptIndexError, DimensionMisma
                       InvalidArgumentError, NotAnIndexError, NotFoundError,
                       OptionsMismatchError, OutOfMemoryError, ReadOnlyError,
                       VersionError)
+from ._allow import Filter
 from ._index import IndexReader, VectorIndex
 from ._options import IndexOptions
 
@@ -25,7 +26,7 @@ _keel._setup(BY_CODE, IndexNotFoundError, _coerce)
 
 __version__ = _keel.KEEL_VERSION
 strerror = _keel.strerror
-__all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Error",
+__all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Filter", "Error",
            "InvalidArgumentError", "DimensionMismatchError",
            "OptionsMismatchError", "NotFoundError", "IndexNotFoundError",
            "IdNotFoundError", "NotAnIndexError", "IdInUseError",

@@ -6,7 +6,8 @@ import io
 import os
 from types import TracebackType
 from typing import (Any, Dict, Iterable, Iterator, Literal, Mapping,
-                    Optional, Tuple, Type, TypeVar, Union, overload)
+                    Optional, Sequence, Tuple, Type, TypeVar, Union,
+                    overload)
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +16,7 @@ __version__: str
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Ids = Union[npt.ArrayLike, Iterable[int]]
+_Allowed = Union["Filter", range, npt.ArrayLike, Iterable[int]]
 _Metric = Literal["l2", "cosine", "ip", "euclidean", "euclid", "cos",
                   "angular", "dot", "inner_product", "innerproduct"]
 _Precision = Union[Literal["f32", "f16", "float32", "float16", "full",
@@ -22,6 +24,12 @@ _Precision = Union[Literal["f32", "f16", "float32", "float16", "full",
 _Self = TypeVar("_Self", bound="VectorIndex")
 
 def strerror(code: int) -> str: ...
+
+class Filter:
+    def __init__(self, ids: Union[range, _Ids]) -> None: ...
+    @property
+    def count(self) -> int: ...
+    def __len__(self) -> int: ...
 
 class IndexOptions:
     max_connections: int
@@ -74,12 +82,19 @@ class VectorIndex:
     def warm(self) -> None: ...
     def refresh(self) -> None: ...
     def search(self, query: npt.ArrayLike, k: int = ...,
-               ef: Optional[int] = ..., allowed: Optional[_Ids] = ...
+               ef: Optional[int] = ..., allowed: Optional[_Allowed] = ...
                ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
     def search_batch(self, queries: npt.ArrayLike, k: int = ...,
-                     ef: Optional[int] = ..., allowed: Optional[_Ids] = ...
+                     ef: Optional[int] = ...,
+                     allowed: Union[None, _Allowed,
+                                    Sequence[Optional[_Allowed]]] = ...
                      ) -> Tuple[npt.NDArray[np.uint64],
                                 npt.NDArray[np.float32]]: ...
+    def search_radius(self, query: npt.ArrayLike, radius: float,
+                      max_results: int = ..., ef: Optional[int] = ...,
+                      allowed: Optional[_Allowed] = ...
+                      ) -> Tuple[npt.NDArray[np.uint64],
+                                 npt.NDArray[np.float32]]: ...
     @overload
     def get(self, id: int) -> npt.NDArray[np.float32]: ...
     @overload

@@ -109,6 +109,13 @@ class VectorIndex(_keel.Index):
         attempt(metric, precision)
 
     def _open_reader(self, path, dim, opts):
+        if path in (":memory:", b":memory:"):
+            from ._errors import InvalidArgumentError
+            raise InvalidArgumentError(
+                "\":memory:\" names an index in memory, which has no "
+                "readers: it lives in the VectorIndex that opened it\nhelp: "
+                "search through that VectorIndex (searches run alongside its "
+                "writes); a file named :memory: opens as \"./:memory:\"")
         self._open(path, 0, 0, 0, 0, opts.ef_construction, opts.ef_search,
                    opts.threads, opts.flags(), True)
         # keel_open_reader takes these from the file; check what was named.
@@ -132,7 +139,8 @@ class VectorIndex(_keel.Index):
     def _dropping(self):
         """(adds, deletes) a close would drop now; (0, 0) if none or
         unknown."""
-        if self.read_only or self.closed or self._inherited:
+        if self.read_only or self.closed or self._inherited or \
+                self.path == ":memory:":    # nothing there outlives close
             return (0, 0)
         try:
             return self._pending()

@@ -37,6 +37,7 @@
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#define PY_ARRAY_UNIQUE_SYMBOL keel_ARRAY_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
@@ -47,6 +48,7 @@
 #include <string.h>
 
 #include "keel.h"
+#include "_filter.h"
 
 #define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
 
@@ -967,11 +969,16 @@ index_compact(IndexObject *self, PyObject *unused)
 
 typedef struct {
     keel_search_params p;
-    PyArrayObject *allowed;
+    keel_py_allowed allow;
     size_t k;
 } search_args;
 
-static const uint64_t no_ids[1] = {0};
+PyObject *
+keel_py_raise(int rc)
+{
+    raise_keel(rc, 0);
+    return NULL;
+}
 
 /* Parses (query(ies), k=10, ef=None, allowed=None). */
 static int
@@ -998,12 +1005,9 @@ parse_search(int batch, PyObject *const *args, Py_ssize_t nargs,
         return -1;
     s->k = (size_t)k;
     s->p.ef = (uint32_t)ef;
-    if (a[3] && a[3] != Py_None) {
-        if (!(s->allowed = get_ids(a[3], fn, -1)))
-            return -1;
-        npy_intp n = PyArray_DIM(s->allowed, 0);
-        s->p.allowed = n ? PyArray_DATA(s->allowed) : no_ids;
-        s->p.n_allowed = (size_t)n;
+    if (a[3] && keel_py_allowed_parse(a[3], fn, batch, &s->allow, &s->p)) {
+        keel_py_allowed_release(&s->allow);
+        return -1;
     }
     return 0;
 }
@@ -1076,7 +1080,7 @@ done:
     if (out && out != stack)
         PyMem_Free(out);
     Py_XDECREF(q);
-    Py_XDECREF(s.allowed);
+    keel_py_allowed_release(&s.allow);
     return res;
 }
 
@@ -1094,6 +1098,14 @@ index_search_batch(IndexObject *self, PyObject *const *args,
     if (!q)
         goto done;
     npy_intp nq = PyArray_DIM(q, 0);
+    if (s.allow.per_query && s.allow.nper != (size_t)nq) {
+        PyErr_Format(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
+                                            : PyExc_ValueError,
+                     "search_batch() was given %zu allow-lists for %zd "
+                     "queries\nhelp: pass one per query (None for every id), "
+                     "or one allow-list for all", s.allow.nper, nq);
+        goto done;
+    }
     if ((size_t)nq > SIZE_MAX / sizeof *out / s.k) {
         PyErr_NoMemory();
         goto done;
@@ -1122,7 +1134,82 @@ done:
     PyMem_Free(out);
     PyMem_Free(got);
     Py_XDECREF(q);
-    Py_XDECREF(s.allowed);
+    keel_py_allowed_release(&s.allow);
+    return res;
+}
+
+/* search_radius(query, radius, max_results=1000, ef=None, allowed=None) */
+static PyObject *
+index_search_radius(IndexObject *self, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"query", "radius", "max_results",
+                                        "ef", "allowed"};
+    const char *fn = "search_radius";
+    PyObject *a[5], *res = NULL;
+    keel_py_allowed allow = {0};
+    keel_search_params p = {0};
+    keel_result *out = NULL;
+    PyArrayObject *q = NULL;
+    long long cap = 1000, ef = 0;
+    if (parse_args(fn, args, nargs, kwnames, names, 5, 2, a))
+        return NULL;
+    if (PyBool_Check(a[1]) || !(PyFloat_Check(a[1]) || PyLong_Check(a[1]) ||
+                                PyNumber_Check(a[1])) ||
+        PyComplex_Check(a[1]))
+        return PyErr_Format(PyExc_TypeError, "search_radius() takes radius "
+                            "as a number, not %s (%R)", Py_TYPE(a[1])->tp_name,
+                            a[1]);
+    double r = PyFloat_AsDouble(a[1]);
+    if (r == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (isinf(r))
+        return PyErr_Format(err_class[KEEL_EINVAL], "radius is %R, but has "
+                            "to be finite\nhelp: for the nearest max_results "
+                            "whatever their distance, use search(query, "
+                            "k=max_results)", a[1]);
+    if (isfinite(r) && fabs(r) > 3.4028234663852886e38)
+        return PyErr_Format(err_class[KEEL_EINVAL], "radius is %R, beyond "
+                            "what a float32 distance reaches\nhelp: pass a "
+                            "finite distance such as 0.5", a[1]);
+    if (a[2] && get_count(a[2], "max_results", fn, 1, MAX_K, "1,000,000",
+                          "pass how many results to return at most, such as "
+                          "1000", &cap))
+        return NULL;
+    if (a[3] && a[3] != Py_None &&
+        get_count(a[3], "ef", fn, 1, 100000, "100,000",
+                  "pass a search width such as 64, or None for the index's "
+                  "ef_search", &ef))
+        return NULL;
+    p.ef = (uint32_t)ef;
+    if (a[4] && keel_py_allowed_parse(a[4], fn, 0, &allow, &p))
+        goto done;
+    if (!(q = get_vectors(self, a[0], 0, fn)))
+        goto done;
+    if (!(out = PyMem_Malloc((size_t)cap * sizeof *out))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (enter_vectors(self, q, 0))
+        goto done;
+    const float *qp = PyArray_DATA(q);
+    size_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_search_radius(self->idx, qp, (float)r, (size_t)cap, &p, out,
+                            &n);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc) {
+        raise_keel(rc, 0);
+        goto done;
+    }
+    npy_intp dims[1] = {(npy_intp)n};
+    res = split_results(out, NULL, 1, dims);
+done:
+    PyMem_Free(out);
+    Py_XDECREF(q);
+    keel_py_allowed_release(&allow);
     return res;
 }
 
@@ -1407,6 +1494,10 @@ static PyMethodDef index_methods[] = {
      "search_batch(queries, k=10, ef=None, allowed=None)\n--\n\nSearch each "
      "row of a 2-D array: (ids, distances) of shape (n, k); short rows are "
      "padded with 2**64-1 and inf."},
+    {"search_radius", (PyCFunction)(void (*)(void))index_search_radius, FAST,
+     "search_radius(query, radius, max_results=1000, ef=None, allowed=None)"
+     "\n--\n\nEvery vector within distance radius of query, nearest first, "
+     "at most max_results (approximate, like search)."},
     {"get", (PyCFunction)index_get, METH_O,
      "get(ids)\n--\n\nThe stored vector of a live id (float32 array of "
      "shape (d,)), or of a sequence or array of ids (shape (n, d)), all or "
@@ -1487,6 +1578,8 @@ module_setup(PyObject *mod, PyObject *args)
             return NULL;
         Py_XSETREF(*hs[i].slot, f);
     }
+    if (keel_py_filter_setup(NULL, helpers))
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1536,6 +1629,10 @@ PyInit__keel(void)
     Py_INCREF(&IndexType);
     if (PyModule_AddObject(m, "Index", (PyObject *)&IndexType) < 0) {
         Py_DECREF(&IndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (keel_py_filter_setup(m, NULL) < 0) {
         Py_DECREF(m);
         return NULL;
     }
