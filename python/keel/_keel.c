@@ -1190,7 +1190,7 @@ index_search_radius(IndexObject *self, PyObject *const *args,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 0))
+    if (enter_vectors(self, q, 0, "search_radius()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
