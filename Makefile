@@ -45,6 +45,8 @@ TEST_SRC = $(wildcard test/test_*.c)
 TEST_BIN = $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 TEST_LIB_SRC = $(wildcard test/lib/*.c)
 TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
+# Kept between runs: not an intermediate file that make deletes.
+.SECONDARY: $(TEST_LIB_OBJ)
 # Fuzz targets: `make test` replays their committed corpora and the
 # reproducers of what fuzzing found through replay.c; `make fuzz` fuzzes.
 FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))

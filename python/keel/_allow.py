@@ -90,9 +90,9 @@ def allowed(obj, fn, batch):
     if isinstance(obj, (list, tuple)) and any(_is_list(x) for x in obj):
         if not batch:
             raise TypeError(
-                "%s() takes allowed as one allow-list of integer ids, not a "
-                "list holding %s\nhelp: one allow-list per query is for "
-                "search_batch()" % (fn, type(next(
+                "%s() takes allowed as one allow-list of integer ids, not %s,"
+                " which holds a %s\nhelp: one allow-list per query is for "
+                "search_batch()" % (fn, _coerce.given(obj), type(next(
                     x for x in obj if _is_list(x))).__name__))
         ids = [i for i, x in enumerate(obj) if _is_id(x)]
         if ids:
