@@ -29,15 +29,20 @@ LDFLAGS_ALL = -pthread $(if $(SAN),-fsanitize=$(SAN)) $(LDFLAGS)
 ARCH := $(shell uname -m)
 ISA_SRC =
 ifeq ($(ARCH),x86_64)
-ISA_SRC = src/dist_avx2.c src/dist_avx512.c
+ISA_SRC = src/hnsw/dist_avx2.c src/hnsw/dist_avx512.c
 endif
 ifeq ($(ARCH),aarch64)
-ISA_SRC = src/dist_neon.c
+ISA_SRC = src/hnsw/dist_neon.c
 endif
 
-# src/ holds the core; src/objstore/ the object-store layer (network I/O).
-LIB_SRC  = $(filter-out src/dist_avx2.c src/dist_avx512.c src/dist_neon.c,$(wildcard src/*.c)) \
-           $(wildcard src/objstore/*.c) $(ISA_SRC)
+# The library's layers, each a folder of src/, each using only those below
+# it (doc/architecture.md): base (messages, allocation), os (the system call
+# table), io (batch reads), s3 (the object-store client), store (the file),
+# hnsw (graph, build, search, distances), api (the public calls).
+LAYERS   = base os io s3 store hnsw api
+ALL_ISA  = src/hnsw/dist_avx2.c src/hnsw/dist_avx512.c src/hnsw/dist_neon.c
+LIB_SRC  = $(filter-out $(ALL_ISA),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))) \
+           $(ISA_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -72,10 +77,10 @@ $(DEPS_OK):
 	    LDLIBS="$(LDLIBS_ALL)" sh tools/checkdeps.sh
 	@mkdir -p $(dir $@) && touch $@
 
-$(BUILD)/src/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
-$(BUILD)/src/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
+$(BUILD)/src/hnsw/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
+$(BUILD)/src/hnsw/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/objstore/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 

@@ -1,10 +1,10 @@
 /* dist_bench.c -- ns per distance for every kernel table, vectors in cache.
 **
 ** Not part of the build or the tests. From the repository root:
-**   cc -std=c11 -O2 -pthread -Iinclude -Isrc -c src/dist.c
-**   cc -std=c11 -O2 -mavx2 -mfma -mf16c -Iinclude -Isrc -c src/dist_avx2.c
+**   cc -std=c11 -O2 -pthread -Iinclude -Isrc -c src/hnsw/dist.c
+**   cc -std=c11 -O2 -mavx2 -mfma -mf16c -Iinclude -Isrc -c src/hnsw/dist_avx2.c
 **   cc -std=c11 -O2 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 \
-**      -mfma -mf16c -Iinclude -Isrc -c src/dist_avx512.c
+**      -mfma -mf16c -Iinclude -Isrc -c src/hnsw/dist_avx512.c
 **   cc -std=c11 -O2 -pthread -Iinclude -Isrc bench/dist_bench.c dist*.o \
 **      -o dist_bench -lpthread
 ** Prints, per table and dim, the best of several runs for the single kernels
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist.h"
+#include "hnsw/dist.h"
 
 #define MAX_VECS 64
 

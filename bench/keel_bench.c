@@ -33,7 +33,7 @@
 #include "bench_common.h"
 
 #ifdef KEEL_BENCH_INTERNALS
-#include "api.h"
+#include "api/api.h"
 #endif
 
 typedef struct kctx {

@@ -138,7 +138,7 @@ $CXX -std=c++11 -O2 -g -march=native -pthread -I"$root/bench" \
 $CC -std=c11 -O2 -g -o "$bin/evict" "$root/bench/evict.c" ||
     die "cannot build bench/evict.c"
 # Which keel is measured: a checksum of its sources as just built.
-digest=$(cat "$root"/include/keel.h "$root"/src/*.[ch] | cksum | cut -d' ' -f1)
+digest=$(cat "$root"/include/keel.h "$root"/src/*/*.[ch] | cksum | cut -d' ' -f1)
 
 # --- 2. data ----------------------------------------------------------------
 

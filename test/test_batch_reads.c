@@ -6,8 +6,8 @@
 #include "test.h"
 #include "lib/testdata.h"
 
-#include "api.h"
-#include "batch_reads.h"
+#include "api/api.h"
+#include "store/pagein.h"
 
 /* --- a fake source ------------------------------------------------------- */
 

@@ -9,7 +9,7 @@
 
 #include <pthread.h>
 
-#include "batch_reads.h"
+#include "store/pagein.h"
 
 #define THREADS 8
 #define BATCHES 400

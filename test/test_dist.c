@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
-#include "dist.h"
+#include "hnsw/dist.h"
 
 static const uint32_t big_dims[] = {100, 128, 384, 768, 784, 1536, 4096};
 #define MAX_DIM 4096

@@ -9,8 +9,8 @@
 
 #include <errno.h>
 
-#include "format.h"
-#include "os.h"
+#include "store/format.h"
+#include "os/os.h"
 
 /* A hundred workloads that each sync a dozen times. */
 TEST_PREFER_MEMORY_FS()

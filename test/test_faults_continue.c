@@ -16,8 +16,8 @@
 
 #include <errno.h>
 
-#include "format.h"
-#include "os.h"
+#include "store/format.h"
+#include "os/os.h"
 
 TEST_PREFER_MEMORY_FS()
 

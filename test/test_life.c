@@ -4,9 +4,9 @@
 #include "test.h"
 #include "lib/testdata.h"
 
-#include "api.h"    /* white-box: the handle's locks, for fork tests */
-#include "format.h" /* white-box: where the written bytes are */
-#include "os.h"     /* white-box: a system table that pins a snapshot */
+#include "api/api.h"    /* white-box: the handle's locks, for fork tests */
+#include "store/format.h" /* white-box: where the written bytes are */
+#include "os/os.h"     /* white-box: a system table that pins a snapshot */
 
 #include <pthread.h>
 

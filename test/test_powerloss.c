@@ -28,8 +28,8 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 
-#include "format.h"
-#include "os.h"
+#include "store/format.h"
+#include "os/os.h"
 
 #define DIM 32
 #define MAXID 400

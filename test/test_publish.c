@@ -10,9 +10,9 @@
 #include "test.h"
 #include "lib/testdata.h"
 
-#include "internal.h"
-#include "objstore/publish.h"
-#include "objstore/s3.h"
+#include "base/internal.h"
+#include "api/publish.h"
+#include "s3/s3.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -18,7 +18,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "format.h"
+#include "store/format.h"
 
 #define DIM 32
 #define COMMITTED 400

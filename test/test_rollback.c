@@ -23,9 +23,9 @@
 #include <errno.h>
 #include <limits.h>
 
-#include "api.h"    /* white-box: the handle's store, to read lists */
-#include "format.h"
-#include "os.h"
+#include "api/api.h"    /* white-box: the handle's store, to read lists */
+#include "store/format.h"
+#include "os/os.h"
 
 #define DIM 16
 

@@ -9,8 +9,8 @@
 */
 #include "test.h"
 
-#include "internal.h"
-#include "objstore/s3.h"
+#include "base/internal.h"
+#include "s3/s3.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

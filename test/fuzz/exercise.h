@@ -20,7 +20,7 @@
 
 #include "fuzz.h"
 #include "keel.h"
-#include "format.h" /* white-box: the version check reads the header */
+#include "store/format.h" /* white-box: the version check reads the header */
 
 #define EX_COMPACT 1u /* compact the file through the writer */
 #define EX_CREATE  2u /* a blank file that needs dimensions: create it */

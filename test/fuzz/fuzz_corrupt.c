@@ -25,7 +25,7 @@
 ** says how many raw bytes follow.
 */
 #include "exercise.h"
-#include "format.h"
+#include "store/format.h"
 
 #include <xxhash.h>
 

@@ -20,7 +20,7 @@
 */
 #include "fuzz.h"
 #include "keel.h"
-#include "format.h"
+#include "store/format.h"
 
 #include <sys/stat.h>
 

@@ -43,31 +43,31 @@ export TMPDIR=${TMPDIR:-/tmp}
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -pthread -Iinclude -Isrc $SAN"
-LIBS="-lxxhash -lpthread -lm"
+LIBS="-lxxhash -lcurl -lpthread -lm"
 
 # --- the library, instrumented for coverage and the sanitizers ----------
 ISA_SRC=
 case $(uname -m) in
-x86_64) ISA_SRC="src/dist_avx2.c src/dist_avx512.c" ;;
-aarch64) ISA_SRC="src/dist_neon.c" ;;
+x86_64) ISA_SRC="src/hnsw/dist_avx2.c src/hnsw/dist_avx512.c" ;;
+aarch64) ISA_SRC="src/hnsw/dist_neon.c" ;;
 esac
 # The library's sources for this machine, and the flags of its kernels.
 LIB_SRC=
-for src in src/*.c; do
+for src in src/*/*.c; do
     case $src in
-    src/dist_avx2.c | src/dist_avx512.c | src/dist_neon.c)
+    src/hnsw/dist_avx2.c | src/hnsw/dist_avx512.c | src/hnsw/dist_neon.c)
         case " $ISA_SRC " in *" $src "*) ;; *) continue ;; esac ;;
     esac
     LIB_SRC="$LIB_SRC $src"
 done
 isa_flags() {
     case $1 in
-    src/dist_avx2.c) echo "-mavx2 -mfma -mf16c" ;;
-    src/dist_avx512.c) echo "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c" ;;
+    src/hnsw/dist_avx2.c) echo "-mavx2 -mfma -mf16c" ;;
+    src/hnsw/dist_avx512.c) echo "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c" ;;
     esac
 }
 mkdir -p "$OUT/obj" "$OUT/artifacts"
-newest_header=$(ls -t include/*.h src/*.h | head -n 1)
+newest_header=$(ls -t include/*.h src/*/*.h | head -n 1)
 OBJS=
 for src in $LIB_SRC; do
     obj="$OUT/obj/$(basename "$src" .c).o"

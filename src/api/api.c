@@ -1,0 +1,1028 @@
+/* api.c -- keel's public functions: argument checks, handles, locking, and
+** the error message every failure leaves.
+**
+** The top of the module stack: it turns a public call into store, build and
+** search calls. It owns the handle and its locks:
+**
+**   write_lock  serializes adds, deletes, flushes and compaction (writer),
+**               and keeps a writer's stat, check and warm off a half-done
+**               write;
+**   swap_lock   searches hold it shared; compaction's swap of the store and
+**               close hold it exclusive, so no search reads a store that goes;
+**               the setters of the progress and cancel callbacks hold it
+**               exclusive too (inside write_lock), since a reader's swap
+**               copies them into the new builder under it alone;
+**   pool_lock   guards the list of free search contexts.
+**
+** Order: write_lock before swap_lock (compaction swaps with write_lock
+** held), never the other way round.
+**
+** After fork() the child may only close the handle: it takes none of these
+** locks there, since a thread of the parent may have held any of them at
+** the fork, and that thread does not exist in the child.
+**
+** Searches take no lock a write holds: they read the store through views,
+** so a search on a writer handle runs while an add on another thread links.
+*/
+#include "api/api.h"
+#include "hnsw/filter.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* --- arguments ---------------------------------------------------------- */
+
+#define NEED(cond, ...)                                                     \
+    do {                                                                    \
+        if (!(cond))                                                        \
+            return keel__fail(KEEL_EINVAL, __VA_ARGS__);                    \
+    } while (0)
+
+static int
+null_handle(const char *fn)
+{
+    return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass the "
+                      "handle keel_open or keel_open_reader returned", fn);
+}
+
+static int
+need_writer(keel_index *idx, const char *what)
+{
+    if (idx->writer)
+        return KEEL_OK;
+    return keel__fail(KEEL_EREADONLY,
+                      "cannot %s: the index at %s was opened as a reader, "
+                      "which only searches\nhelp: open it as a writer to "
+                      "write it; an index has one writer at a time, and "
+                      "readers search while it writes", what, idx->path);
+}
+
+/* The largest squared length of a vector or query under l2 and ip. Then no
+** sum of products or of squared differences a kernel forms, in any lane or
+** order, passes 4e37 (|a.b| <= |a||b|, |a-b|^2 <= (|a|+|b|)^2), far below
+** FLT_MAX (3.4e38): a distance is never inf or NaN (inf - inf), which would
+** rank first or break the ordering. Cosine normalizes in double instead. */
+#define KEEL_MAX_NORM2 1e37
+
+/* Checks a vector's components: finite, and what the file can store. what is
+** "vector" or "query"; item is its position in a batch, or -1. */
+static int
+check_vector(const keel_index *idx, const float *v, const char *what,
+             long long item, int stored)
+{
+    char who[64];
+    if (item >= 0)
+        snprintf(who, sizeof who, "%s %lld of the batch", what, item);
+    else
+        snprintf(who, sizeof who, "the %s", what);
+    double norm = 0;
+    for (uint32_t i = 0; i < idx->dim; i++) {
+        float x = v[i];
+        if (!isfinite(x))
+            return keel__fail(KEEL_EINVAL,
+                              "%s has %s at component %u\nhelp: every "
+                              "component has to be a finite number; drop or "
+                              "repair the vector", who,
+                              isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf"), i);
+        if (stored && idx->precision == KEEL_F16 && idx->metric != KEEL_COSINE &&
+            keel__f16_overflows(x))
+            return keel__fail(KEEL_EINVAL,
+                              "%s has %g at component %u, too large for half "
+                              "precision (at most 65504)\nhelp: scale the "
+                              "vectors down, or use an f32 index", who,
+                              (double)x, i);
+        norm += (double)x * x;
+        if (idx->metric != KEEL_COSINE && norm > KEEL_MAX_NORM2)
+            return keel__fail(KEEL_EINVAL,
+                              "%s has %g at component %u, where its squared "
+                              "length passes 1e37: %s distances of vectors "
+                              "that long overflow a float\nhelp: scale the "
+                              "vectors (and queries) down, which scales every "
+                              "distance alike; keel takes lengths up to about "
+                              "3.1e18", who, (double)x, i,
+                              idx->metric == KEEL_IP ? "inner-product" : "l2");
+    }
+    if (idx->metric == KEEL_COSINE && !(norm > 0) )
+        return keel__fail(KEEL_EINVAL,
+                          "%s is all zeros, which has no direction for cosine "
+                          "distance\nhelp: drop zero vectors, or use metric "
+                          "l2 or ip", who);
+    if (idx->metric == KEEL_COSINE && !isfinite(norm))
+        return keel__fail(KEEL_EINVAL, "%s is too long to normalize\nhelp: "
+                          "scale it down", who);
+    return KEEL_OK;
+}
+
+/* The vector as the file stores it: unit length for cosine, f16 if asked. */
+static void
+to_stored(const keel_index *idx, const float *v, void *out, float *tmp)
+{
+    const float *src = v;
+    if (idx->metric == KEEL_COSINE) {
+        double norm = 0;
+        for (uint32_t i = 0; i < idx->dim; i++)
+            norm += (double)v[i] * v[i];
+        double inv = 1.0 / sqrt(norm);
+        for (uint32_t i = 0; i < idx->dim; i++)
+            tmp[i] = (float)(v[i] * inv);
+        src = tmp;
+    }
+    if (idx->precision == KEEL_F16)
+        keel__f32_to_f16_n(src, out, idx->dim);
+    else
+        memcpy(out, src, idx->dim * sizeof(float));
+}
+
+/* The query as searched: normalized for cosine. */
+static const float *
+prep_query(const keel_index *idx, const float *q, float *buf)
+{
+    if (idx->metric != KEEL_COSINE)
+        return q;
+    double norm = 0;
+    for (uint32_t i = 0; i < idx->dim; i++)
+        norm += (double)q[i] * q[i];
+    double inv = 1.0 / sqrt(norm);
+    for (uint32_t i = 0; i < idx->dim; i++)
+        buf[i] = (float)(q[i] * inv);
+    return buf;
+}
+
+static int
+check_options(const keel_options *o)
+{
+    if (!o)
+        return KEEL_OK;
+    NEED((unsigned)o->metric <= KEEL_IP,
+         "metric is %d, but has to be KEEL_L2 (0), KEEL_COSINE (1) or KEEL_IP "
+         "(2)\nhelp: KEEL_L2 for Euclidean distance, KEEL_COSINE for text "
+         "embeddings", (int)o->metric);
+    NEED((unsigned)o->precision <= KEEL_F16,
+         "precision is %d, but has to be KEEL_F32 (0) or KEEL_F16 (1)\nhelp: "
+         "KEEL_F16 halves the file at a small cost in recall", (int)o->precision);
+    NEED(o->max_connections != 1 && o->max_connections <= KEEL_MAX_M,
+         "max_connections is %u, but has to be between 2 and 32,767\nhelp: 16 "
+         "suits most indexes; 32 gives higher recall for more memory",
+         o->max_connections);
+    NEED(o->ef_construction <= 100000,
+         "ef_construction is %u, but has to be at most 100,000\nhelp: 200 "
+         "suits most indexes; more builds slower for a little recall",
+         o->ef_construction);
+    NEED(o->ef_search <= 100000,
+         "ef_search is %u, but has to be at most 100,000\nhelp: 64 suits most "
+         "searches; raise it for recall, lower it for speed", o->ef_search);
+    NEED(o->threads <= 4096,
+         "threads is %u, but has to be at most 4,096\nhelp: 0 uses every core",
+         o->threads);
+    NEED(!(o->flags & ~(KEEL_WARM | KEEL_HUGE_PAGES | KEEL_FILE_OPTIONS)),
+         "flags is 0x%x, which has unknown bits\nhelp: combine KEEL_WARM, "
+         "KEEL_HUGE_PAGES and KEEL_FILE_OPTIONS, or pass 0", o->flags);
+    return KEEL_OK;
+}
+
+/* --- handles ------------------------------------------------------------ */
+
+static keel_index *
+index_new(const char *path, const keel_options *o, int writer)
+{
+    keel_index *idx = keel__calloc(1, sizeof *idx);
+    if (!idx)
+        return NULL;
+    idx->path = strdup(path);
+    idx->gr = keel__calloc(1, sizeof *idx->gr);
+    if (!idx->path || !idx->gr) {
+        free(idx->path);
+        keel__free(idx->gr);
+        keel__free(idx);
+        keel__fail(KEEL_ENOMEM, "out of memory opening %s\nhelp: free memory",
+                   path);
+        return NULL;
+    }
+    idx->writer = writer;
+    idx->ef_search = o && o->ef_search ? o->ef_search : 64;
+    idx->ef_construction = o && o->ef_construction ? o->ef_construction : 200;
+    idx->threads = o && o->threads ? o->threads : keel__cpu_count();
+    idx->flags = o ? o->flags : 0;
+    idx->owner = getpid();
+    pthread_mutex_init(&idx->write_lock, NULL);
+    pthread_mutex_init(&idx->pool_lock, NULL);
+    pthread_rwlock_init(&idx->swap_lock, NULL);
+    pthread_cond_init(&idx->backup_done, NULL);
+    return idx;
+}
+
+static void
+index_free(keel_index *idx)
+{
+    int forked = idx->owner != getpid();
+    keel__warm_stop(idx);
+    for (keel_search_ctx *c = idx->pool, *n; c; c = n) {
+        n = c->next;
+        keel__search_ctx_free(c);
+    }
+    keel__store_close(idx->st);
+    keel__free(idx->conv);
+    keel__free(idx->gr);
+    if (!forked) { /* a child's copies may be held by a parent's thread */
+        pthread_mutex_destroy(&idx->write_lock);
+        pthread_mutex_destroy(&idx->pool_lock);
+        pthread_rwlock_destroy(&idx->swap_lock);
+        pthread_cond_destroy(&idx->backup_done);
+    }
+    free(idx->path);
+    keel__free(idx);
+}
+
+/* Points the handle at a store (at open, and after a compaction). After
+** open, the caller holds swap_lock exclusive: that keeps the callbacks it
+** copies from the handle still against keel_set_progress and
+** keel_set_cancel, which a reader following a compaction does not hold
+** write_lock against. */
+int
+keel__index_attach(keel_index *idx, keel_store *st)
+{
+    idx->st = st;
+    /* Written only when they change (at open): a reader follows only to
+     * its own index, so a search that reads them before taking swap_lock
+     * never races the swap. */
+    if (idx->dim != st->g.dim)
+        idx->dim = st->g.dim;
+    if (idx->metric != st->metric)
+        idx->metric = st->metric;
+    if (idx->precision != st->precision)
+        idx->precision = st->precision;
+    keel__graph_init(idx->gr, st);
+    keel__build_init(&idx->builder, idx->gr, idx->ef_construction);
+    idx->builder.progress = idx->progress;
+    idx->builder.progress_arg = idx->progress_arg;
+    idx->builder.cancel = idx->cancel;
+    idx->builder.cancel_arg = idx->cancel_arg;
+    return KEEL_OK;
+}
+
+keel_search_ctx *
+keel__ctx_get(keel_index *idx)
+{
+    pthread_mutex_lock(&idx->pool_lock);
+    keel_search_ctx *c = idx->pool;
+    if (c)
+        idx->pool = c->next;
+    pthread_mutex_unlock(&idx->pool_lock);
+    if (c && (c->dim != idx->dim || c->M0 != idx->gr->M0)) {
+        keel__search_ctx_free(c);
+        c = NULL;
+    }
+    return c ? c : keel__search_ctx_new(idx->gr);
+}
+
+void
+keel__ctx_put(keel_index *idx, keel_search_ctx *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&idx->pool_lock);
+    c->next = idx->pool;
+    idx->pool = c;
+    pthread_mutex_unlock(&idx->pool_lock);
+}
+
+int
+keel_open(const char *path, uint32_t dim, const keel_options *opt,
+          keel_index **out)
+{
+    keel__clear_error();
+    NEED(out, "keel_open was given out = NULL\nhelp: pass the address of a "
+         "keel_index * to receive the handle");
+    *out = NULL;
+    NEED(path && *path, "keel_open was given no path\nhelp: pass the path of "
+         "the index file, such as \"vectors.keel\"");
+    NEED(dim <= KEEL_MAX_DIM,
+         "dimensions is %u, but has to be between 1 and 4096 (or 0 to take "
+         "them from an existing file)\nhelp: give the length of the vectors "
+         "the index will hold, such as 384, 768 or 1536", dim);
+    int rc = check_options(opt);
+    if (rc)
+        return rc;
+    keel_store_params p = {
+        .dim = dim,
+        .M = opt && opt->max_connections ? opt->max_connections : 16,
+        .metric = opt ? (int)opt->metric : KEEL_L2,
+        .precision = opt ? (int)opt->precision : KEEL_F32,
+        .have_options = opt != NULL && !(opt->flags & KEEL_FILE_OPTIONS),
+    };
+    /* A symbolic link is followed once, here: compaction then replaces the
+     * file it points to, and the undo log sits beside that file. */
+    char real[4096];
+    keel_file_info li;
+    int memory = keel__is_memory(path);
+    NEED(!memory || dim, "dimensions is 0, but an index in memory starts "
+         "empty and has no file to take them from\nhelp: give the length of "
+         "the vectors it will hold, such as 384");
+    int exists = !memory && keel__os->stat_path(path, &li) == 0;
+    /* A FIFO or device is refused here, by the name the caller gave. */
+    if (exists && !li.is_regular && li.type != KEEL_FILE_DIRECTORY)
+        return keel__not_regular_fail(path, li.type);
+    if (exists && keel__os->resolve(path, real, sizeof real) == 0)
+        path = real;
+    keel_index *idx = index_new(path, opt, 1);
+    if (!idx)
+        return KEEL_ENOMEM;
+    keel_store *st;
+    if (opt && !opt->max_connections)
+        p.M = 0; /* the file's own, or 16 for a new file (store decides) */
+    rc = keel__store_open_writer(path, &p, &st);
+    if (rc) {
+        index_free(idx);
+        return rc;
+    }
+    if (!memory)
+        keel__remove_leftovers(path); /* we hold the writer lock */
+    keel__index_attach(idx, st);
+    idx->conv = keel__malloc((size_t)idx->dim * 4 * 2);
+    if (!idx->conv) {
+        index_free(idx);
+        return KEEL_ENOMEM;
+    }
+    if (idx->flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
+    if (idx->flags & KEEL_WARM)
+        keel__warm_start(idx);
+    *out = idx;
+    return KEEL_OK;
+}
+
+int
+keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
+{
+    keel__clear_error();
+    NEED(out, "keel_open_reader was given out = NULL\nhelp: pass the address "
+         "of a keel_index * to receive the handle");
+    *out = NULL;
+    NEED(path && *path, "keel_open_reader was given no path\nhelp: pass the "
+         "path of an existing index file");
+    NEED(!keel__is_memory(path), "\":memory:\" names an index in memory, "
+         "which has no readers: it lives in the handle keel_open returned\n"
+         "help: search through that handle (searches run alongside its "
+         "writes); a file named :memory: opens as ./:memory:");
+    int rc = check_options(opt);
+    if (rc)
+        return rc;
+    keel_index *idx = index_new(path, opt, 0);
+    if (!idx)
+        return KEEL_ENOMEM;
+    keel_store *st;
+    rc = keel__store_open_reader(path, &st);
+    if (rc) {
+        index_free(idx);
+        return rc;
+    }
+    keel__index_attach(idx, st);
+    if (idx->flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
+    if (idx->flags & KEEL_WARM)
+        keel__warm_start(idx);
+    *out = idx;
+    return KEEL_OK;
+}
+
+int
+keel_close(keel_index *idx)
+{
+    if (!idx)
+        return KEEL_OK;
+    /* A forked child waits for no search: the parent's threads that held
+     * the lock at the fork do not run here, and will never release it. */
+    if (idx->owner == getpid()) {
+        pthread_rwlock_wrlock(&idx->swap_lock);
+        pthread_rwlock_unlock(&idx->swap_lock);
+    }
+    index_free(idx);
+    return KEEL_OK;
+}
+
+int
+keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg)
+{
+    if (!idx)
+        return null_handle("keel_set_progress");
+    pthread_mutex_lock(&idx->write_lock);
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    idx->progress = idx->builder.progress = fn;
+    idx->progress_arg = idx->builder.progress_arg = arg;
+    pthread_rwlock_unlock(&idx->swap_lock);
+    pthread_mutex_unlock(&idx->write_lock);
+    return KEEL_OK;
+}
+
+int
+keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg)
+{
+    if (!idx)
+        return null_handle("keel_set_cancel");
+    pthread_mutex_lock(&idx->write_lock);
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    idx->cancel = idx->builder.cancel = fn;
+    idx->cancel_arg = idx->builder.cancel_arg = arg;
+    pthread_rwlock_unlock(&idx->swap_lock);
+    pthread_mutex_unlock(&idx->write_lock);
+    return KEEL_OK;
+}
+
+int
+keel_pending(keel_index *idx, uint64_t *adds, uint64_t *deletes)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_pending");
+    uint64_t a = 0, d = 0;
+    if (idx->writer) {
+        pthread_mutex_lock(&idx->write_lock);
+        keel_store *st = idx->st;
+        uint64_t n = KEEL_LOAD_ACQUIRE(&st->nslots);
+        a = n > st->committed.count ? n - st->committed.count : 0;
+        d = keel__store_pending_deletes(st);
+        pthread_mutex_unlock(&idx->write_lock);
+    }
+    if (adds)
+        *adds = a;
+    if (deletes)
+        *deletes = d;
+    return KEEL_OK;
+}
+
+/* --- writes ------------------------------------------------------------- */
+
+/* Looks up the live slot of id in this writer's own view. */
+static int
+live_slot(keel_index *idx, uint64_t id, uint64_t *slot)
+{
+    keel_view v;
+    keel__store_view(idx->st, &v);
+    return keel__store_id_lookup(&v, id, slot);
+}
+
+static int
+id_in_use(uint64_t id, long long item)
+{
+    char where[64] = "";
+    if (item >= 0)
+        snprintf(where, sizeof where, " (item %lld of the batch)", item);
+    return keel__fail(KEEL_EEXIST,
+                      "id %llu is already in use%s\nhelp: delete it first to "
+                      "replace its vector (delete and add in one flush are "
+                      "atomic), or choose another id",
+                      (unsigned long long)id, where);
+}
+
+static int
+reserved_id(long long item)
+{
+    char where[64] = "";
+    if (item >= 0)
+        snprintf(where, sizeof where, " (item %lld of the batch)", item);
+    return keel__fail(KEEL_EINVAL,
+                      "id 18446744073709551615 (UINT64_MAX)%s is reserved\n"
+                      "help: use ids from 0 to 18446744073709551614, or let "
+                      "keel choose them with keel_add", where);
+}
+
+static int
+ids_exhausted(const keel_index *idx)
+{
+    return keel__fail(KEEL_EFULL,
+                      "the index at %s has used every automatic id up to "
+                      "18446744073709551614\nhelp: add vectors with your own "
+                      "ids", idx->path);
+}
+
+/* An id and its place in a batch, for finding repeats by sorting. */
+typedef struct id_at {
+    uint64_t id;
+    size_t at;
+} id_at;
+
+static int
+id_at_order(const void *a, const void *b)
+{
+    const id_at *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* Refuses a batch that names an id twice, in O(n log n): sorted by (id,
+** place), repeats sit side by side. Names the repeat that comes first in the
+** batch, with the place of the id's first use. */
+static int
+check_distinct(const uint64_t *ids, size_t n)
+{
+    id_at *s = keel__malloc(n * sizeof *s);
+    if (!s)
+        return KEEL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        s[i] = (id_at){ids[i], i};
+    qsort(s, n, sizeof *s, id_at_order);
+    size_t first = 0, second = SIZE_MAX;
+    for (size_t i = 1; i < n; i++)
+        if (s[i].id == s[i - 1].id && (i == 1 || s[i - 1].id != s[i - 2].id) &&
+            s[i].at < second) {
+            first = s[i - 1].at; /* the run's first element */
+            second = s[i].at;
+        }
+    keel__free(s);
+    if (second == SIZE_MAX)
+        return KEEL_OK;
+    return keel__fail(KEEL_EINVAL,
+                      "id %llu appears twice in the batch (items %zu and %zu)"
+                      "\nhelp: give each vector of a batch its own id",
+                      (unsigned long long)ids[second], first, second);
+}
+
+/* Gives back what a failed add took: its slots (and the id-table entries
+** that name them, which become stale), its heap entries and the ids it
+** noted. Lists it changed may name the slots given back; those entries are
+** at or past the published count, where searches and links treat them as
+** empty, and committed lists are in the undo log. */
+static void
+add_rollback(keel_store *st, uint64_t next_slot, uint64_t heap_mark,
+             uint64_t next_id)
+{
+    keel__store_unreserve(st, next_slot);
+    keel__store_heap_reset(st, heap_mark);
+    keel__store_forget_ids(st, next_id);
+}
+
+/* Writes n vectors (checked) into new slots and links them; all or none:
+** on failure the index is as it was before the call. */
+static int
+add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
+            uint64_t first_auto)
+{
+    keel_store *st = idx->st;
+    uint64_t first, heap_mark = keel__store_heap_mark(st);
+    uint64_t next_slot = st->next_slot, next_id = keel__store_next_id(st);
+    int rc = keel__store_id_reserve(st, n);
+    if (!rc)
+        rc = keel__store_reserve(st, n, &first);
+    if (rc)
+        return rc;
+    keel__huge_pages_advise_batch(idx, first, n);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t slot = first + i, ref = 0;
+        uint32_t level = keel__graph_level(idx->gr, slot);
+        if (level && (rc = keel__store_heap_alloc(st, level, &ref))) {
+            add_rollback(st, next_slot, heap_mark, next_id);
+            return rc;
+        }
+        to_stored(idx, vecs + i * idx->dim, idx->conv + idx->dim, idx->conv);
+        uint64_t id = ids ? ids[i] : first_auto + i;
+        keel__store_write_slot(st, slot, id, idx->conv + idx->dim, level, ref);
+    }
+    keel_search_ctx *c = keel__ctx_get(idx);
+    if (!c) {
+        add_rollback(st, next_slot, heap_mark, next_id);
+        return KEEL_ENOMEM;
+    }
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = keel__store_id_insert(st, ids ? ids[i] : first_auto + i, first + i);
+    if (!rc) {
+        for (size_t i = 0; i < n; i++)
+            keel__store_note_id(st, ids ? ids[i] : first_auto + i);
+        rc = keel__build_link(&idx->builder, c, first, n,
+                              n > 1 ? idx->threads : 1);
+    }
+    keel__ctx_put(idx, c);
+    if (rc)
+        add_rollback(st, next_slot, heap_mark, next_id);
+    return rc;
+}
+
+int
+keel_add(keel_index *idx, const float *vec, uint64_t *id_out)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_add");
+    int rc = need_writer(idx, "add");
+    if (rc)
+        return rc;
+    NEED(vec, "keel_add was given vec = NULL\nhelp: pass %u floats", idx->dim);
+    if ((rc = check_vector(idx, vec, "vector", -1, 1)))
+        return rc;
+    pthread_mutex_lock(&idx->write_lock);
+    uint64_t id = keel__store_next_id(idx->st);
+    if (id == UINT64_MAX)
+        rc = ids_exhausted(idx);
+    else
+        rc = add_vectors(idx, vec, 1, NULL, id);
+    pthread_mutex_unlock(&idx->write_lock);
+    if (!rc && id_out)
+        *id_out = id;
+    return rc;
+}
+
+int
+keel_add_with_id(keel_index *idx, uint64_t id, const float *vec)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_add_with_id");
+    int rc = need_writer(idx, "add");
+    if (rc)
+        return rc;
+    if (id == UINT64_MAX)
+        return reserved_id(-1);
+    NEED(vec, "keel_add_with_id was given vec = NULL\nhelp: pass %u floats",
+         idx->dim);
+    if ((rc = check_vector(idx, vec, "vector", -1, 1)))
+        return rc;
+    pthread_mutex_lock(&idx->write_lock);
+    uint64_t slot;
+    if (live_slot(idx, id, &slot) == KEEL_OK)
+        rc = id_in_use(id, -1);
+    else
+        rc = add_vectors(idx, vec, 1, &id, 0);
+    pthread_mutex_unlock(&idx->write_lock);
+    return rc;
+}
+
+int
+keel_add_batch(keel_index *idx, const float *vecs, size_t n,
+               const uint64_t *ids, uint64_t *ids_out)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_add_batch");
+    int rc = need_writer(idx, "add");
+    if (rc)
+        return rc;
+    if (n == 0)
+        return KEEL_OK;
+    NEED(vecs, "keel_add_batch was given vecs = NULL for %zu vectors\nhelp: "
+         "pass n * %u floats", n, idx->dim);
+    NEED(n <= KEEL_MAX_SLOTS, "a batch of %zu vectors is more than an index "
+         "holds\nhelp: add at most 4,294,967,294 vectors", n);
+    for (size_t i = 0; i < n; i++)
+        if ((rc = check_vector(idx, vecs + i * idx->dim, "vector",
+                               (long long)i, 1)))
+            return rc;
+    if (ids) {
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] == UINT64_MAX)
+                return reserved_id((long long)i);
+        if ((rc = check_distinct(ids, n)))
+            return rc;
+    }
+    pthread_mutex_lock(&idx->write_lock);
+    uint64_t first_auto = keel__store_next_id(idx->st);
+    if (ids) {
+        for (size_t i = 0; i < n && !rc; i++) {
+            uint64_t slot;
+            if (live_slot(idx, ids[i], &slot) == KEEL_OK)
+                rc = id_in_use(ids[i], (long long)i);
+        }
+    } else if (first_auto > UINT64_MAX - 1 - n) {
+        rc = ids_exhausted(idx);
+    }
+    if (!rc)
+        rc = add_vectors(idx, vecs, n, ids, first_auto);
+    pthread_mutex_unlock(&idx->write_lock);
+    if (!rc && ids_out)
+        for (size_t i = 0; i < n; i++)
+            ids_out[i] = ids ? ids[i] : first_auto + i;
+    return rc;
+}
+
+int
+keel_delete(keel_index *idx, uint64_t id)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_delete");
+    int rc = need_writer(idx, "delete");
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&idx->write_lock);
+    uint64_t slot;
+    if (live_slot(idx, id, &slot) != KEEL_OK)
+        rc = keel__fail(KEEL_ENOTFOUND,
+                        "no live vector has id %llu in %s\nhelp: check the id; "
+                        "it may have been deleted already",
+                        (unsigned long long)id, idx->path);
+    else
+        rc = keel__store_delete(idx->st, slot);
+    pthread_mutex_unlock(&idx->write_lock);
+    return rc;
+}
+
+int
+keel_flush(keel_index *idx)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_flush");
+    int rc = need_writer(idx, "flush");
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&idx->write_lock);
+    keel__backup_wait(idx);
+    rc = keel__store_commit(idx->st);
+    if (!rc && (KEEL_LOAD_RELAXED(&idx->flags) & KEEL_HUGE_PAGES))
+        keel__huge_pages_advise(idx);
+    pthread_mutex_unlock(&idx->write_lock);
+    return rc;
+}
+
+/* --- reads -------------------------------------------------------------- */
+
+static int
+check_search_args(keel_index *idx, const char *fn, const void *q, size_t k,
+                  const keel_search_params *p, const void *out,
+                  const void *n_out)
+{
+    if (!idx)
+        return null_handle(fn);
+    NEED(q, "%s was given no query\nhelp: pass %u floats", fn, idx->dim);
+    NEED(k > 0, "k is 0, but has to be at least 1\nhelp: pass how many "
+         "results to return, such as 10");
+    NEED(k <= 1000000, "k is %zu, but has to be at most 1,000,000\nhelp: ask "
+         "for fewer results", k);
+    NEED(out && n_out, "%s was given no room for results\nhelp: pass out with "
+         "room for k results and n_out", fn);
+    if (p) {
+        NEED(p->allowed || p->n_allowed == 0,
+             "n_allowed is %zu but allowed is NULL\nhelp: pass the ids, or "
+             "n_allowed 0 without a filter", p->n_allowed);
+        NEED(p->ef <= 100000, "ef is %u, but has to be at most 100,000\nhelp: "
+             "64 to 512 covers most recall targets", p->ef);
+    }
+    return KEEL_OK;
+}
+
+/* A batch of queries shared by threads: each takes the next query. */
+typedef struct search_job {
+    keel_index *idx;
+    const keel_view *view;
+    const keel_accept *acc;
+    const float *queries;
+    size_t nq, k;
+    uint32_t ef;
+    keel_result *out;
+    size_t *n_out;
+    const keel_filter *const *filters; /* one per query, or NULL */
+    size_t next;              /* atomic */
+    int rc;                   /* first failure (atomic) */
+} search_job;
+
+static void *
+search_worker(void *arg)
+{
+    search_job *j = arg;
+    keel_index *idx = j->idx;
+    keel_search_ctx *c = keel__ctx_get(idx);
+    int rc = c ? KEEL_OK : KEEL_ENOMEM;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->nq || rc)
+            break;
+        const float *q = prep_query(idx, j->queries + i * idx->dim, c->vbuf);
+        keel_accept own;
+        if (j->filters)
+            keel__filter_accept(j->filters[i], &own);
+        rc = keel__search_knn(idx->gr, j->view, c, q, j->k, j->ef,
+                              j->filters ? &own : j->acc, j->out + i * j->k,
+                              &j->n_out[i]);
+    }
+    keel__ctx_put(idx, c);
+    if (rc) {
+        int zero = 0;
+        __atomic_compare_exchange_n(&j->rc, &zero, rc, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* Runs nq searches under one shared lock and one view; a batch of many
+** queries without a callback filter runs on the handle's threads. */
+static int
+search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
+            const keel_search_params *p, keel_result *out, size_t *n_out,
+            int batch)
+{
+    int rc;
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
+        return rc;
+    for (size_t i = 0; i < nq; i++)
+        if ((rc = check_vector(idx, queries + i * idx->dim, "query",
+                               batch ? (long long)i : -1, 0)))
+            return rc;
+    keel_accept acc;
+    keel_idset set;
+    if ((rc = keel__params_accept(p, &acc, &set)))
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_view v;
+    rc = keel__store_view(idx->st, &v);
+    search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
+                      .nq = nq, .k = k, .out = out, .n_out = n_out,
+                      .filters = p ? p->query_filters : NULL,
+                      .ef = p && p->ef ? p->ef : idx->ef_search};
+    uint32_t threads = !keel__accept_threadsafe(&acc) ? 1
+                     : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
+    pthread_t tid[64];
+    uint32_t started = 0;
+    for (uint32_t t = 1; !rc && t < threads && t <= 64; t++)
+        if (pthread_create(&tid[started], NULL, search_worker, &job) == 0)
+            started++;
+    if (!rc) {
+        search_worker(&job);
+        for (uint32_t t = 0; t < started; t++)
+            pthread_join(tid[t], NULL);
+        rc = job.rc;
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__idset_free(&set);
+    if (rc == KEEL_ENOMEM)
+        return keel__fail(KEEL_ENOMEM, "out of memory during a search\nhelp: "
+                          "free memory, or lower ef and k");
+    return rc;
+}
+
+int
+keel_search(keel_index *idx, const float *query, size_t k,
+            const keel_search_params *p, keel_result *out, size_t *n_out)
+{
+    keel__clear_error();
+    int rc = check_search_args(idx, "keel_search", query, k, p, out, n_out);
+    if (rc || (rc = keel__params_check_filters(p, "keel_search", 0)))
+        return rc;
+    size_t n = 0;
+    rc = search_many(idx, query, 1, k, p, out, &n, 0);
+    if (!rc)
+        *n_out = n;
+    return rc;
+}
+
+int
+keel_search_batch(keel_index *idx, const float *queries, size_t nq, size_t k,
+                  const keel_search_params *p, keel_result *out, size_t *n_out)
+{
+    keel__clear_error();
+    int rc = check_search_args(idx, "keel_search_batch", queries, k, p, out,
+                               n_out);
+    if (rc || (rc = keel__params_check_filters(p, "keel_search_batch", 1)) ||
+        nq == 0)
+        return rc;
+    return search_many(idx, queries, nq, k, p, out, n_out, 1);
+}
+
+int
+keel_get(keel_index *idx, uint64_t id, float *vec_out)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_get");
+    NEED(vec_out, "keel_get was given vec_out = NULL\nhelp: pass room for %u "
+         "floats", idx->dim);
+    int rc;
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_view v;
+    uint64_t slot;
+    rc = keel__store_view(idx->st, &v);
+    if (!rc && keel__store_id_lookup(&v, id, &slot) != KEEL_OK)
+        rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu in %s\n"
+                        "help: check the id; deleted vectors cannot be read",
+                        (unsigned long long)id, idx->path);
+    if (!rc) {
+        const void *src = keel__store_vec(idx->st, slot);
+        if (idx->precision == KEEL_F16)
+            keel__f16_to_f32_n(src, vec_out, idx->dim);
+        else
+            memcpy(vec_out, src, idx->dim * sizeof(float));
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return rc;
+}
+
+uint64_t
+keel_count(keel_index *idx)
+{
+    if (!idx)
+        return 0;
+    if (!idx->writer && keel__reader_follow(idx, 0) != KEEL_OK)
+        keel__clear_error(); /* counts the snapshot it has */
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    uint64_t n;
+    if (idx->writer) {
+        keel_store *st = idx->st;
+        uint64_t slots = KEEL_LOAD_ACQUIRE(&st->nslots);
+        uint64_t dead = KEEL_LOAD_RELAXED(&st->pub_deleted);
+        n = slots > dead ? slots - dead : 0;
+    } else {
+        keel_view v;
+        n = keel__store_view(idx->st, &v) == KEEL_OK ? v.count - v.deleted : 0;
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return n;
+}
+
+uint32_t
+keel_dim(keel_index *idx)
+{
+    return idx ? idx->dim : 0;
+}
+
+int
+keel_refresh(keel_index *idx)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_refresh");
+    if (idx->writer)
+        return KEEL_OK;
+    int rc = keel__reader_follow(idx, 1);
+    if (rc)
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_view v;
+    rc = keel__store_view(idx->st, &v);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return rc;
+}
+
+/* Takes what keel_stat and keel_check read through: a writer's write_lock
+** (a write in progress changes the commit they read, and a writer's store
+** changes only under it), a reader's swap_lock shared after following a
+** compaction. report: whether a reader says so when its path names another
+** index. */
+static int
+read_begin(keel_index *idx, int report)
+{
+    if (idx->writer) {
+        pthread_mutex_lock(&idx->write_lock);
+        return KEEL_OK;
+    }
+    int rc = keel__reader_follow(idx, report);
+    if (rc)
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    return KEEL_OK;
+}
+
+static void
+read_end(keel_index *idx)
+{
+    if (idx->writer)
+        pthread_mutex_unlock(&idx->write_lock);
+    else
+        pthread_rwlock_unlock(&idx->swap_lock);
+}
+
+int
+keel_stat(keel_index *idx, keel_stats *out)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_stat");
+    NEED(out, "keel_stat was given out = NULL\nhelp: pass a keel_stats to fill");
+    keel_stats s;
+    int rc = read_begin(idx, 0);
+    if (rc)
+        return rc;
+    rc = keel__store_stats(idx->st, &s);
+    read_end(idx);
+    if (!rc)
+        *out = s;
+    return rc;
+}
+
+int
+keel_check(keel_index *idx)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_check");
+    int rc = read_begin(idx, 1);
+    if (rc)
+        return rc;
+    rc = keel__store_check(idx->st);
+    read_end(idx);
+    return rc;
+}
+
+/* For the api layer's other files (radius.c). */
+int
+keel__check_query(const keel_index *idx, const float *q)
+{
+    return check_vector(idx, q, "query", -1, 0);
+}
+
+const float *
+keel__prep_query(const keel_index *idx, const float *q, float *buf)
+{
+    return prep_query(idx, q, buf);
+}

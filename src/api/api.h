@@ -1,0 +1,83 @@
+/* api.h -- the handle behind keel_index, shared by the api layer's files
+** (api.c: the public calls; life.c: compaction and readers following it;
+** warm.c: background warm-up and huge pages).
+*/
+#ifndef KEEL_API_H
+#define KEEL_API_H
+
+#include "hnsw/build.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+struct keel_warm;
+
+struct keel_index {
+    keel_store *st;            /* swapped only under swap_lock exclusive */
+    keel_graph *gr;
+    keel_builder builder;
+    char *path;
+    int writer;
+    uint32_t dim;
+    int metric, precision;
+    uint32_t ef_search, ef_construction, threads;
+    unsigned flags;            /* KEEL_WARM | KEEL_HUGE_PAGES (atomic) */
+    float *conv;               /* writer: 2 * dim floats of scratch */
+    keel_progress_fn progress;
+    void *progress_arg;
+    keel_cancel_fn cancel;
+    void *cancel_arg;
+    pthread_mutex_t write_lock;
+    pthread_rwlock_t swap_lock;
+    pthread_mutex_t pool_lock;
+    keel_search_ctx *pool;     /* free search contexts */
+    struct keel_warm *warm;    /* the warm-up thread, if one runs */
+    pid_t owner;               /* process that opened the handle */
+    /* Reader: the file last found at the path that it refused to move to
+     * (life.c), under swap_lock: dev and ino to know it again without
+     * opening it, and what the error names. older: it was the same index
+     * at a state no later than the reader's (a copy put back), else another
+     * index. */
+    struct {
+        uint64_t dev, ino;
+        int older;
+        uint32_t dim;
+        uint8_t identity[KEEL_IDENTITY_BYTES];
+        uint64_t epoch, next_id;          /* older: that file's */
+        uint64_t own_epoch, own_next_id;  /* older: the reader's */
+    } refused;
+    /* Writer: backups copying the last commit (backup.c), under
+     * write_lock; flushes wait on backup_done while it is nonzero. */
+    unsigned backups;
+    pthread_cond_t backup_done;
+};
+
+int keel__index_attach(keel_index *idx, keel_store *st);
+keel_search_ctx *keel__ctx_get(keel_index *idx);
+void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
+
+/* api.c, for radius.c: checks a query's components (KEEL_EINVAL with a
+** message); the query as searched (normalized into buf for cosine). */
+int keel__check_query(const keel_index *idx, const float *q);
+const float *keel__prep_query(const keel_index *idx, const float *q,
+                              float *buf);
+
+/* life.c: a reader moves to the file that replaced its own (compaction);
+** a writer removes what a crashed compaction left. A reader whose path
+** names another index, or an older state of its own, keeps its last
+** snapshot: follow returns KEEL_OK, or with report set, an error that
+** names both files. */
+int keel__reader_follow(keel_index *idx, int report);
+void keel__remove_leftovers(const char *path);
+
+/* warm.c */
+int keel__warm_start(keel_index *idx);
+void keel__warm_stop(keel_index *idx);
+void keel__huge_pages_advise(keel_index *idx);
+void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
+
+/* backup.c: with write_lock held, waits until no backup copies the last
+** commit (a commit must not move it while one does). */
+void keel__backup_wait(keel_index *idx);
+
+#endif /* KEEL_API_H */

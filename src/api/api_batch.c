@@ -1,0 +1,299 @@
+/* api_batch.c -- many ids at once: keel_get_batch, keel_delete_batch and
+** the listing of live ids (keel_ids).
+**
+** The same locks as api.c (see its top): reads hold swap_lock shared and
+** work from one view, so every id of a call is looked up in the same state;
+** keel_delete_batch holds write_lock from its first lookup to its last
+** delete, so nothing changes between checking the ids and deleting them.
+**
+** Invariants:
+**   (1) keel_delete_batch deletes all of its ids or none: every id is
+**       checked (distinct, live) and the room for every delete is made
+**       before the first one, and keel__store_delete cannot fail after
+**       keel__store_delete_prepare.
+**   (2) keel_get_batch without a found mask and keel_ids write their outputs
+**       only once nothing can fail.
+**   (3) keel_ids returns ids in strictly increasing order, each live in the
+**       view of its call and greater than `after`.
+*/
+#include "api/api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int
+null_handle(const char *fn)
+{
+    return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass the "
+                      "handle keel_open or keel_open_reader returned", fn);
+}
+
+/* A reader first moves to the file a compaction put at its path. */
+static int
+read_lock(keel_index *idx)
+{
+    int rc;
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
+        return rc;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    return KEEL_OK;
+}
+
+/* " (position 3 of 10)", or "" for a batch of one. */
+static const char *
+position(char *buf, size_t len, size_t i, size_t n)
+{
+    if (n == 1)
+        return "";
+    snprintf(buf, len, " (position %zu of %zu)", i, n);
+    return buf;
+}
+
+/* --- keel_get_batch ----------------------------------------------------- */
+
+int
+keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
+               unsigned char *found)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_get_batch");
+    if (n == 0)
+        return KEEL_OK;
+    if (!ids || !out)
+        return keel__fail(KEEL_EINVAL, "keel_get_batch was given %s = NULL "
+                          "for %zu ids\nhelp: pass %s", !ids ? "ids" : "out",
+                          n, !ids ? "the ids to read" : "room for n * dim "
+                          "floats");
+    if (n > SIZE_MAX / sizeof(uint64_t) / idx->dim)
+        return keel__fail(KEEL_EINVAL, "keel_get_batch was given n = %zu ids, "
+                          "more than memory can hold\nhelp: pass the number "
+                          "of ids in the array", n);
+    uint64_t *slots = keel__malloc(n * sizeof *slots);
+    if (!slots)
+        return KEEL_ENOMEM;
+    int rc = read_lock(idx);
+    if (rc) {
+        keel__free(slots);
+        return rc;
+    }
+    keel_view v;
+    rc = keel__store_view(idx->st, &v);
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (keel__store_id_lookup(&v, ids[i], &slots[i]) == KEEL_OK)
+            continue;
+        slots[i] = UINT64_MAX;
+        if (!found) {
+            char at[64];
+            rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu%s in "
+                            "%s\nhelp: check the id; deleted vectors cannot "
+                            "be read",
+                            (unsigned long long)ids[i],
+                            position(at, sizeof at, i, n), idx->path);
+        }
+    }
+    if (!rc) { /* invariant (2): nothing fails from here */
+        uint32_t dim = idx->dim;
+        for (size_t i = 0; i < n; i++) {
+            float *row = out + i * dim;
+            if (found)
+                found[i] = slots[i] != UINT64_MAX;
+            if (slots[i] == UINT64_MAX) {
+                for (uint32_t j = 0; j < dim; j++)
+                    row[j] = NAN;
+                continue;
+            }
+            const void *src = keel__store_vec(idx->st, slots[i]);
+            if (idx->precision == KEEL_F16)
+                keel__f16_to_f32_n(src, row, dim);
+            else
+                memcpy(row, src, dim * sizeof(float));
+        }
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__free(slots);
+    return rc;
+}
+
+/* --- keel_delete_batch -------------------------------------------------- */
+
+/* (id, position) pairs, sorted by id then position, to find repeats. */
+typedef struct {
+    uint64_t id;
+    size_t at;
+} id_at;
+
+static int
+id_at_order(const void *a, const void *b)
+{
+    const id_at *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* KEEL_EINVAL naming the first repeated id (by its second position). */
+static int
+check_repeats(const uint64_t *ids, size_t n)
+{
+    if (n < 2)
+        return KEEL_OK;
+    id_at *s = keel__malloc(n * sizeof *s);
+    if (!s)
+        return KEEL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        s[i] = (id_at){ids[i], i};
+    qsort(s, n, sizeof *s, id_at_order);
+    size_t first = SIZE_MAX, second = SIZE_MAX;
+    for (size_t i = 1; i < n; i++)
+        if (s[i].id == s[i - 1].id && s[i].at < second) {
+            first = s[i - 1].at;
+            second = s[i].at;
+        }
+    keel__free(s);
+    if (second == SIZE_MAX)
+        return KEEL_OK;
+    return keel__fail(KEEL_EINVAL, "id %llu is given twice, at positions %zu "
+                      "and %zu of %zu; nothing was deleted\nhelp: give each "
+                      "id once", (unsigned long long)ids[first], first, second,
+                      n);
+}
+
+int
+keel_delete_batch(keel_index *idx, const uint64_t *ids, size_t n)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_delete_batch");
+    if (!idx->writer)
+        return keel__fail(KEEL_EREADONLY,
+                          "cannot delete: the index at %s was opened as a "
+                          "reader, which only searches\nhelp: open it as a "
+                          "writer to write it; an index has one writer at a "
+                          "time, and readers search while it writes",
+                          idx->path);
+    if (n == 0)
+        return KEEL_OK;
+    if (!ids)
+        return keel__fail(KEEL_EINVAL, "keel_delete_batch was given ids = NULL "
+                          "for %zu ids\nhelp: pass the ids to delete", n);
+    if (n > SIZE_MAX / sizeof(id_at))
+        return keel__fail(KEEL_EINVAL, "keel_delete_batch was given n = %zu "
+                          "ids, more than memory can hold\nhelp: pass the "
+                          "number of ids in the array", n);
+    int rc = check_repeats(ids, n);
+    if (rc)
+        return rc;
+    uint64_t *slots = keel__malloc(n * sizeof *slots);
+    if (!slots)
+        return KEEL_ENOMEM;
+    pthread_mutex_lock(&idx->write_lock);
+    keel_view v;
+    keel__store_view(idx->st, &v);
+    for (size_t i = 0; i < n && !rc; i++)
+        if (keel__store_id_lookup(&v, ids[i], &slots[i]) != KEEL_OK) {
+            char at[64];
+            rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu%s in "
+                            "%s; nothing was deleted\nhelp: check the id; it "
+                            "may have been deleted already",
+                            (unsigned long long)ids[i],
+                            position(at, sizeof at, i, n), idx->path);
+        }
+    if (!rc)
+        rc = keel__store_delete_prepare(idx->st, slots, n);
+    for (size_t i = 0; i < n && !rc; i++) /* invariant (1) */
+        (void)keel__store_delete(idx->st, slots[i]);
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__free(slots);
+    return rc;
+}
+
+/* --- keel_ids ----------------------------------------------------------- */
+
+/* out[0..n) as a max-heap of ids: the largest at out[0]. */
+static void
+heap_down(uint64_t *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l] > h[m])
+            m = l;
+        if (r < n && h[r] > h[m])
+            m = r;
+        if (m == i)
+            return;
+        uint64_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static void
+heap_up(uint64_t *h, size_t i)
+{
+    while (i > 0 && h[(i - 1) / 2] < h[i]) {
+        uint64_t t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+int
+keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
+         size_t *n_out)
+{
+    keel__clear_error();
+    if (!idx)
+        return null_handle("keel_ids");
+    if (!n_out)
+        return keel__fail(KEEL_EINVAL, "keel_ids was given n_out = NULL\n"
+                          "help: pass a size_t to receive how many ids were "
+                          "written");
+    if (cap == 0)
+        return keel__fail(KEEL_EINVAL, "keel_ids was given cap = 0\nhelp: "
+                          "pass room for at least one id (a page of "
+                          "thousands lists faster)");
+    if (!out)
+        return keel__fail(KEEL_EINVAL, "keel_ids was given out = NULL with "
+                          "cap = %zu\nhelp: pass room for cap ids", cap);
+    int rc = read_lock(idx);
+    if (rc)
+        return rc;
+    keel_view v;
+    rc = keel__store_view(idx->st, &v);
+    size_t n = 0;
+    /* Invariant (3): the cap smallest live ids above after, kept in a
+     * max-heap; in slot order ids mostly grow, so once the heap is full
+     * most candidates lose to its top at once. Ids are unique among live
+     * slots, so no id enters twice. */
+    for (uint64_t s = 0; !rc && s < v.count; s++) {
+        uint64_t id = keel__store_id(idx->st, s);
+        if (after != KEEL_IDS_FIRST && id <= after)
+            continue;
+        if (n == cap && id >= out[0])
+            continue;
+        if (!keel__store_present(&v, s))
+            continue;
+        if (n < cap) {
+            out[n] = id;
+            heap_up(out, n++);
+        } else {
+            out[0] = id;
+            heap_down(out, n, 0);
+        }
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (rc)
+        return rc;
+    for (size_t m = n; m > 1; m--) { /* heap sort, smallest first */
+        uint64_t t = out[0];
+        out[0] = out[m - 1];
+        out[m - 1] = t;
+        heap_down(out, m - 1, 0);
+    }
+    *n_out = n;
+    return KEEL_OK;
+}

@@ -1,0 +1,485 @@
+/* backup.c -- keel_backup: a copy of an index's last commit, made while its
+** writer goes on writing.
+**
+** What a commit is made of (doc/format.md): its header, and below it the
+** regions it names. Of the bytes a commit covers, slot ids and vectors never
+** change (format invariant 3); what does change in place is (a) neighbour
+** lists of committed nodes, which adds rewrite between commits, and (b)
+** deleted epochs, which a flush writes. So the copy is made like this:
+**
+**   1. Capture the commit: a writer takes its committed header under
+**      write_lock and raises `backups`, which holds every flush (and
+**      compaction) until the copy is done; adds and deletes go on. A reader
+**      takes a fresh snapshot, after noting both header copies' sequence
+**      and checksum words.
+**   2. Copy what the commit names and nothing else, from the file: for each
+**      segment the first N - first slots of its three arrays (headers,
+**      vectors, records), the heap up to heap_used, and the id table. The
+**      rest (the unused ends of segments, the live page, regions past the
+**      commit) stays a hole in the copy. Deleted epochs above the commit's
+**      E become 0 as they are copied: marks a flush in progress (or a
+**      failed one) wrote belong to no commit.
+**   3. Read the undo log of the commit (src/undo.c) and write each saved
+**      node's lists into the copy. The log holds the committed lists of
+**      every committed node whose lists changed since the commit, and each
+**      entry is in the log before its node's lists change (undo.c rule 1).
+**      So a list the copy read after a change has its entry in the log by
+**      the time the log is read, and a list read before any change holds
+**      the committed value already: after step 3 every list in the copy is
+**      the committed one.
+**   4. A reader checks that no flush began since step 1 (the header words
+**      are unchanged): a flush removes the log step 3 needed. If one did, it
+**      starts again from step 1 with the new commit. A writer needs no
+**      check: its flushes waited.
+**   5. Write the commit's header into copy A (copy B and the live page stay
+**      zero: a writer that opens the copy resets the live page), sync the
+**      copy, rename it over the destination, sync the directory.
+**
+** The copy is written to DEST.keel-tmp-PID; DEST changes only by the rename,
+** so after a crash it holds its old content or the whole copy.
+*/
+#include "api/api.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#define COPY_BYTES   (1u << 20)   /* bytes per read and write */
+#define READER_TRIES 16           /* commits a reader's backup starts over */
+
+typedef struct backup {
+    keel_index *idx;
+    keel_store *st;
+    const char *dest;
+    char *tmp;                    /* the temporary file's path */
+    int fd;                       /* the temporary file */
+    keel_header *h;               /* the commit being copied */
+    keel_geometry g;
+    uint8_t *buf;                 /* COPY_BYTES */
+    uint64_t copied;              /* bytes written */
+} backup;
+
+/* An I/O failure on the copy: err is -errno. */
+static int
+io_fail(const backup *b, int err, const char *what, const char *path)
+{
+    if (err == -ENOSPC || err == -EDQUOT)
+        return keel__fail(KEEL_EFULL, "%s %s failed: no space left on the "
+                          "device\nhelp: free disk space or back up to "
+                          "another file system; %s is unchanged", what, path,
+                          b->dest);
+    return keel__fail(KEEL_EIO, "%s %s failed: %s\nhelp: check the disk and "
+                      "that the directory of %s is writable; %s is unchanged",
+                      what, path, strerror(-err), b->dest, b->dest);
+}
+
+/* Copies [off, off + len) of the index into the copy. marks: the range is
+** slot headers (16 bytes each, from a slot header boundary), whose deleted
+** epochs above the commit's become 0. */
+static int
+copy_range(backup *b, uint64_t off, uint64_t len, int marks)
+{
+    while (len) {
+        size_t n = (size_t)KEEL_MIN(len, (uint64_t)COPY_BYTES);
+        ssize_t r = keel__os->pread(b->st->fd, b->buf, n, off);
+        if (r != (ssize_t)n)
+            return io_fail(b, r < 0 ? (int)r : -EIO, "reading", b->st->path);
+        if (marks)
+            for (size_t j = 8; j < n; j += KEEL_SLOT_HDR_BYTES)
+                if (keel__get64(b->buf + j) > b->h->epoch)
+                    keel__put64(b->buf + j, 0);
+        ssize_t w = keel__os->pwrite(b->fd, b->buf, n, off);
+        if (w != (ssize_t)n)
+            return io_fail(b, w < 0 ? (int)w : -EIO, "writing", b->tmp);
+        b->copied += n;
+        off += n;
+        len -= n;
+    }
+    return KEEL_OK;
+}
+
+/* Step 2: every region the commit names, as far as it is written. */
+static int
+copy_commit(backup *b)
+{
+    const keel_header *h = b->h;
+    const keel_geometry *g = &b->g;
+    int rc = keel__os->truncate(b->fd, h->file_end);
+    if (rc)
+        return io_fail(b, rc, "sizing", b->tmp);
+    for (uint32_t k = 0; k < h->segments; k++) {
+        keel_seg_layout L;
+        keel__seg_layout(g, k, &L);
+        uint64_t first = keel__seg_first_slot(g, k);
+        uint64_t n = h->count > first ? KEEL_MIN(L.slots, h->count - first) : 0;
+        uint64_t off = h->seg_off[k];
+        if (n == 0)
+            continue;
+        if ((rc = copy_range(b, off, n * KEEL_SLOT_HDR_BYTES, 1)) ||
+            (rc = copy_range(b, off + L.vec_off, n * g->vec_bytes, 0)) ||
+            (rc = copy_range(b, off + L.rec_off, n * g->rec_bytes, 0)))
+            return rc;
+    }
+    uint32_t used_chunk = (uint32_t)(h->heap_used >> 32);
+    for (uint32_t c = 0; c < h->heap_chunks && c <= used_chunk; c++) {
+        uint64_t len = c < used_chunk ? keel__heap_chunk_bytes(g, c)
+                                      : (h->heap_used & 0xFFFFFFFFu);
+        if (len && (rc = copy_range(b, h->heap_off[c], len, 0)))
+            return rc;
+    }
+    if (h->idtab_offset)
+        rc = copy_range(b, h->idtab_offset, 4ull << h->idtab_log2, 0);
+    return rc;
+}
+
+/* Writes one saved node's lists (words u32 in the log's order: level 0,
+** then each upper level) into the copy. */
+static int
+restore_node(backup *b, uint32_t slot, const uint8_t *w, uint32_t words)
+{
+    const keel_header *h = b->h;
+    const keel_geometry *g = &b->g;
+    uint64_t i;
+    uint32_t k = keel__slot_segment(g, slot, &i);
+    keel_seg_layout L;
+    keel__seg_layout(g, k, &L);
+    uint64_t rec = h->seg_off[k] + L.rec_off + i * g->rec_bytes;
+    uint8_t head[8];
+    ssize_t r = keel__os->pread(b->st->fd, head, 8, rec);
+    if (r != 8)
+        return io_fail(b, r < 0 ? (int)r : -EIO, "reading", b->st->path);
+    uint64_t hw = keel__get64(head);
+    uint32_t level = (uint32_t)(hw & 0xFF);
+    if (level >= KEEL_MAX_LEVELS || words != g->M0 + level * g->M)
+        return KEEL_CORRUPT("the undo log's entry for slot %u holds %u words "
+                            "where its level %u needs %u", slot, words, level,
+                            g->M0 + level * g->M);
+    ssize_t n = keel__os->pwrite(b->fd, w, 4ull * g->M0, rec + 8);
+    if (n != (ssize_t)(4ull * g->M0))
+        return io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
+    uint64_t ref = hw >> 16;
+    uint32_t c = (uint32_t)(ref >> 32);
+    if (level && c >= h->heap_chunks)
+        return KEEL_CORRUPT("slot %u's heap entry is in chunk %u of %u", slot,
+                            c, h->heap_chunks);
+    if (level) {
+        size_t bytes = 4ull * g->M * level;
+        n = keel__os->pwrite(b->fd, w + 4ull * g->M0, bytes,
+                             h->heap_off[c] + (ref & 0xFFFFFFFFu));
+        if (n != (ssize_t)bytes)
+            return io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
+    }
+    return KEEL_OK;
+}
+
+static int
+restore_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+{
+    return restore_node(arg, slot, words, n_words);
+}
+
+/* Step 3 on the log's bytes (read by undo.c's walker): the first entry of
+** each committed slot, up to the first torn one. A log made for another
+** commit holds nothing for this one. */
+static int
+restore_lists(backup *b, const uint8_t *log, uint64_t size)
+{
+    uint64_t hdr, ident, tag;
+    if (keel__undo_log_header(log, size, &hdr, &ident, &tag) != KEEL_OK ||
+        ident != keel__undo_identity(b->h))
+        return KEEL_OK;
+    return keel__undo_log_walk(&b->g, log, size, hdr, ident, b->h->count,
+                               restore_entry, b);
+}
+
+/* Reads a whole file into *out (keel__malloc); *size 0 and KEEL_OK when
+** there is no file to read. */
+static int
+read_all(int fd, uint64_t size, uint8_t **out)
+{
+    *out = NULL;
+    if (size == 0 || size > ((uint64_t)1 << 40))
+        return KEEL_OK;
+    uint8_t *p = keel__malloc((size_t)size);
+    if (!p)
+        return KEEL_ENOMEM;
+    if (keel__os->pread(fd, p, (size_t)size, 0) != (ssize_t)size) {
+        keel__free(p);
+        return KEEL_OK; /* shorter than it was: a log being replaced */
+    }
+    *out = p;
+    return KEEL_OK;
+}
+
+/* Step 3 on a writer: its own log, read under undo_lock so that every
+** entry a save wrote is in it. */
+static int
+restore_writer(backup *b)
+{
+    keel_store *st = b->st;
+    uint8_t *log = NULL;
+    uint64_t size = 0;
+    int rc = KEEL_OK;
+    pthread_mutex_lock(&st->undo_lock);
+    if (st->undo_fd >= 0) {
+        size = st->undo_end;
+        rc = read_all(st->undo_fd, size, &log);
+    }
+    pthread_mutex_unlock(&st->undo_lock);
+    if (!rc && log)
+        rc = restore_lists(b, log, size);
+    keel__free(log);
+    return rc;
+}
+
+/* Step 3 on a reader: the log the live page names (the writer may be in
+** another process), or the one beside the index when it names none. */
+static int
+restore_reader(backup *b)
+{
+    const uint8_t *lp = b->st->pages + KEEL_LIVE_OFF;
+    uint32_t len = KEEL_LOAD_ACQUIRE(
+        (const uint32_t *)(const void *)(lp + LO_UNDO_PATH_LEN));
+    uint64_t tag = KEEL_LOAD_ACQUIRE(
+        (const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
+    char *path;
+    if (tag && len && len < KEEL_UNDO_PATH_MAX) {
+        path = keel__malloc((size_t)len + 1);
+        if (path) {
+            memcpy(path, lp + LO_UNDO_PATH, len);
+            path[len] = '\0';
+        }
+    } else {
+        path = keel__path_plus(b->st->path, ".undo");
+    }
+    if (!path)
+        return KEEL_ENOMEM;
+    int fd = keel__os->open(path, KEEL_OPEN_READ);
+    keel__free(path);
+    if (fd < 0)
+        return KEEL_OK; /* none: no committed list changed yet */
+    keel_file_info fi;
+    uint8_t *log = NULL;
+    int rc = keel__os->stat(fd, &fi) == 0 ? read_all(fd, fi.size, &log)
+                                           : KEEL_OK;
+    keel__os->close(fd);
+    if (!rc && log)
+        rc = restore_lists(b, log, fi.size);
+    keel__free(log);
+    return rc;
+}
+
+/* Step 5: the header, then sync, rename and sync the directory. */
+static int
+finish(backup *b)
+{
+    keel_header *h = b->h;
+    h->flags &= (uint8_t)~KEEL_FLAG_SUPERSEDED;
+    h->pending_epoch = 0;
+    memset(b->buf, 0, KEEL_PAGE_SLOT);
+    keel__header_encode(h, b->buf);
+    ssize_t w = keel__os->pwrite(b->fd, b->buf, KEEL_PAGE_SLOT, KEEL_HDR_A_OFF);
+    if (w != KEEL_PAGE_SLOT)
+        return io_fail(b, w < 0 ? (int)w : -EIO, "writing", b->tmp);
+    int err = keel__os->sync(b->fd);
+    if (err)
+        return io_fail(b, err, "syncing", b->tmp);
+    if ((err = keel__os->rename(b->tmp, b->dest)))
+        return io_fail(b, err, "renaming the copy over", b->dest);
+    const char *slash = strrchr(b->dest, '/');
+    char dir[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == b->dest)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - b->dest), b->dest);
+    if ((err = keel__os->sync_dir(dir)))
+        return keel__fail(KEEL_EIO, "syncing the directory %s after writing "
+                          "%s failed: %s\nhelp: check the disk; %s is complete "
+                          "but may not survive a power loss until the system "
+                          "writes the directory", dir, b->dest,
+                          strerror(-err), b->dest);
+    return KEEL_OK;
+}
+
+/* Refuses a destination that cannot take the copy. */
+static int
+check_dest(keel_index *idx, const char *path)
+{
+    if (!path || !*path)
+        return keel__fail(KEEL_EINVAL, "keel_backup was given %s as the "
+                          "destination\nhelp: pass the path of the file to "
+                          "write the copy to", path ? "\"\"" : "NULL");
+    if (strncmp(path, "s3://", 5) == 0)
+        return keel__fail(KEEL_EINVAL, "keel_backup cannot write to %s\n"
+                          "help: back up to a local file; keel_publish puts "
+                          "an index in object storage", path);
+    if (strlen(path) + 40 > PATH_MAX)
+        return keel__fail(KEEL_EINVAL, "the backup path %s is too long\nhelp: "
+                          "use a shorter path", path);
+    keel_file_info di, si;
+    if (keel__os->stat_path(path, &di) != 0)
+        return KEEL_OK; /* a new file (a missing directory fails its open) */
+    if (di.type == KEEL_FILE_DIRECTORY)
+        return keel__fail(KEEL_EINVAL, "the backup destination %s is a "
+                          "directory\nhelp: name the file to write, such as "
+                          "%s/%s", path, path, strrchr(idx->path, '/')
+                                                 ? strrchr(idx->path, '/') + 1
+                                                 : idx->path);
+    if (!di.is_regular)
+        return keel__fail(KEEL_EINVAL, "the backup destination %s is not a "
+                          "regular file\nhelp: name a file to write (the copy "
+                          "is renamed into place, so it cannot go to a "
+                          "device or a pipe)", path);
+    if (keel__os->stat(idx->st->fd, &si) == 0 && si.dev == di.dev &&
+        si.ino == di.ino)
+        return keel__fail(KEEL_EINVAL, "the backup destination %s is the index "
+                          "itself\nhelp: name another file", path);
+    return KEEL_OK;
+}
+
+/* Creates the temporary file beside the destination. */
+static int
+open_tmp(backup *b)
+{
+    char suffix[40];
+    snprintf(suffix, sizeof suffix, ".keel-tmp-%ld", (long)getpid());
+    b->tmp = keel__path_plus(b->dest, suffix);
+    if (!b->tmp)
+        return KEEL_ENOMEM;
+    keel__os->unlink(b->tmp); /* left by a backup of ours that was killed */
+    b->fd = keel__os->open(b->tmp, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
+    if (b->fd < 0) {
+        int err = b->fd;
+        b->fd = -1;
+        if (err == -ENOENT)
+            return keel__fail(KEEL_ENOTFOUND, "cannot write the backup %s: "
+                              "its directory does not exist\nhelp: create the "
+                              "directory first, or name a file in an existing "
+                              "one", b->dest);
+        return io_fail(b, err, "creating", b->tmp);
+    }
+    return KEEL_OK;
+}
+
+/* Steps 1-3 and 5 on a writer. */
+static int
+backup_writer(backup *b)
+{
+    keel_index *idx = b->idx;
+    pthread_mutex_lock(&idx->write_lock);
+    idx->backups++;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    b->st = idx->st;
+    *b->h = b->st->committed;
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__geometry_init(&b->g, b->h);
+    int rc = open_tmp(b);
+    if (!rc)
+        rc = copy_commit(b);
+    if (!rc)
+        rc = restore_writer(b);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    pthread_mutex_lock(&idx->write_lock);
+    idx->backups--;
+    pthread_cond_broadcast(&idx->backup_done);
+    pthread_mutex_unlock(&idx->write_lock);
+    return rc ? rc : finish(b);
+}
+
+/* The sequence and checksum words of both header copies: any header write
+** changes them. */
+static void
+header_words(const keel_store *st, uint64_t w[4])
+{
+    for (int c = 0; c < 2; c++) {
+        const uint8_t *p = st->pages + (c ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
+        w[2 * c] = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(p + HO_SEQUENCE));
+        w[2 * c + 1] = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(p + HO_CHECKSUM));
+    }
+}
+
+/* Steps 1-5 on a reader, again from a new snapshot when a flush began. */
+static int
+backup_reader(backup *b)
+{
+    keel_index *idx = b->idx;
+    for (int round = 0; round < READER_TRIES; round++) {
+        int rc = keel__reader_follow(idx, 1);
+        if (rc)
+            return rc;
+        pthread_rwlock_rdlock(&idx->swap_lock);
+        b->st = idx->st;
+        uint64_t before[4], after[4];
+        header_words(b->st, before);
+        keel_view v;
+        rc = keel__store_snapshot(b->st, &v, b->h);
+        if (!rc) {
+            keel__geometry_init(&b->g, b->h);
+            if (b->fd >= 0) { /* a new round starts from an empty file */
+                keel__os->close(b->fd);
+                keel__os->unlink(b->tmp);
+                keel__free(b->tmp);
+                b->tmp = NULL;
+                b->fd = -1;
+            }
+            rc = open_tmp(b);
+        }
+        if (!rc)
+            rc = copy_commit(b);
+        if (!rc)
+            rc = restore_reader(b);
+        header_words(b->st, after);
+        pthread_rwlock_unlock(&idx->swap_lock);
+        if (rc)
+            return rc;
+        if (memcmp(before, after, sizeof before) == 0)
+            return finish(b);
+    }
+    return keel__fail(KEEL_ELOCKED, "the writer of %s flushed during each of "
+                      "%d tries to back it up\nhelp: back it up through the "
+                      "writer's handle (its flushes wait for the copy), or "
+                      "while it flushes less often", idx->path, READER_TRIES);
+}
+
+int
+keel_backup(keel_index *idx, const char *path)
+{
+    keel__clear_error();
+    if (!idx)
+        return keel__fail(KEEL_EINVAL, "keel_backup was given a NULL index\n"
+                          "help: pass the handle keel_open or "
+                          "keel_open_reader returned");
+    int rc = check_dest(idx, path);
+    if (rc)
+        return rc;
+    backup b = {.idx = idx, .dest = path, .fd = -1};
+    b.h = keel__malloc(sizeof *b.h);
+    b.buf = keel__malloc(KEEL_MAX(COPY_BYTES, KEEL_PAGE_SLOT));
+    if (!b.h || !b.buf)
+        rc = KEEL_ENOMEM;
+    else
+        rc = idx->writer ? backup_writer(&b) : backup_reader(&b);
+    if (b.fd >= 0) {
+        keel__os->close(b.fd);
+        if (rc)
+            keel__os->unlink(b.tmp);
+    }
+    keel__free(b.tmp);
+    keel__free(b.h);
+    keel__free(b.buf);
+    return rc;
+}
+
+void
+keel__backup_wait(keel_index *idx)
+{
+    while (idx->backups)
+        pthread_cond_wait(&idx->backup_done, &idx->write_lock);
+}

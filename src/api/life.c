@@ -1,0 +1,364 @@
+/* life.c -- an index's file over its life: compaction into a new file, and
+** readers that move to the file that replaced their own.
+**
+** Compaction (keel_compact), with the writer lock held throughout:
+**   1. flush;
+**   2. write every live vector (same ids, same metric, precision, M and
+**      identity: the new file is the same index) into
+**      <path>.compacting, link them with the batch build, commit it with the
+**      old file's next id (auto ids are never reused) and epoch + 1 (so a
+**      snapshot's (count, epoch) never names two states);
+**   3. commit the superseded flag in the old file;
+**   4. rename the new file over the path and sync the directory;
+**   5. swap the handle to the new store (searches in flight finish on the
+**      old one first).
+** A failure before step 4 removes the new file (and clears the flag): the
+** old index stays intact and usable. A leftover <path>.compacting from a
+** crash is removed by the next writer open. After a power loss either file
+** may be at the path; both hold the same live vectors and ids.
+**
+** Readers: a snapshot with the superseded flag makes the reader look at the
+** path again; once the path names another file it opens that one and
+** continues there only if it is a successor of its own file:
+**   - the same index: dimensions, metric, precision, M and identity;
+**   - a later state of it: the new file's committed epoch is greater than
+**     the epoch of the superseded file's last snapshot, and its next id is
+**     not smaller. A compaction's file starts at the old epoch + 1 with the
+**     old next id, and both only grow after, so every file that compaction
+**     chain makes passes; a copy of the index made before (a backup put
+**     back, a file renamed in from elsewhere) has an epoch no greater than
+**     the one the reader served, or fewer ids, and fails. Moving to it
+**     would bring deleted vectors back and lose flushed ones: a reader
+**     never serves a state older than one it has served.
+** Until the rename lands, or when the path names a file that fails, it
+** keeps searching the old file, which stays valid (an open file outlives
+** its name); the refused file is remembered by device and inode and not
+** opened again, and keel_refresh and keel_check report it, naming both
+** files. Every call that reads a reader follows first: searches, get,
+** count, stat, check, refresh.
+*/
+#include "api/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+
+void
+keel__remove_leftovers(const char *path)
+{
+    char *p = keel__path_plus(path, ".compacting");
+    if (p) {
+        keel__os->unlink(p);
+        keel__free(p);
+    }
+}
+
+/* Points the handle at a new store (swap_lock held exclusively): the warm
+** thread stops before the old store's mappings can go, and a handle that
+** asked for warm-up or huge pages gets them on the new file too. */
+static void
+swap_store(keel_index *idx, keel_store *nw)
+{
+    keel__warm_stop(idx);
+    keel__index_attach(idx, nw);
+    unsigned flags = KEEL_LOAD_RELAXED(&idx->flags);
+    if (flags & KEEL_WARM)
+        keel__warm_start(idx);
+    if (flags & KEEL_HUGE_PAGES)
+        keel__huge_pages_advise(idx);
+}
+
+static char *
+parent_dir(const char *path)
+{
+    char *d = strdup(path);
+    if (!d)
+        return NULL;
+    char *slash = strrchr(d, '/');
+    if (slash == d)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(d, ".");
+    return d;
+}
+
+/* Writes the live vectors of old into the new store and links them. */
+static int
+copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
+{
+    keel_view v;
+    keel__store_view(old, &v);
+    v.as_committed = 1;
+    /* Counted, not taken from the header: a damaged deleted count must not
+     * make the copy write past the slots it reserved. */
+    uint64_t live = 0;
+    for (uint64_t s = 0; s < old->committed.count; s++)
+        live += (uint64_t)keel__store_present(&v, s);
+    uint64_t first;
+    int rc = keel__store_id_reserve(nw, live);
+    if (!rc && live)
+        rc = keel__store_reserve(nw, live, &first);
+    if (rc)
+        return rc;
+    uint64_t to = 0;
+    for (uint64_t s = 0; s < old->committed.count; s++) {
+        if (!keel__store_present(&v, s))
+            continue;
+        uint64_t ref = 0, id = keel__store_id(old, s);
+        uint32_t level = keel__graph_level(ngr, to);
+        if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
+            return rc;
+        keel__store_write_slot(nw, to, id, keel__store_vec(old, s), level, ref);
+        if ((rc = keel__store_id_insert(nw, id, to)))
+            return rc;
+        to++;
+    }
+    nw->work.next_id = old->committed.next_id;
+    nw->work.epoch = old->committed.epoch + 1;
+    if (!live)
+        return KEEL_OK;
+    keel_builder b;
+    keel__build_init(&b, ngr, idx->ef_construction);
+    b.progress = idx->progress;
+    b.progress_arg = idx->progress_arg;
+    b.cancel = idx->cancel;
+    b.cancel_arg = idx->cancel_arg;
+    keel_search_ctx *c = keel__search_ctx_new(ngr);
+    if (!c)
+        return KEEL_ENOMEM;
+    rc = keel__build_link(&b, c, 0, live, idx->threads);
+    keel__search_ctx_free(c);
+    return rc;
+}
+
+int
+keel_compact(keel_index *idx)
+{
+    keel__clear_error();
+    if (!idx)
+        return keel__fail(KEEL_EINVAL, "keel_compact was given a NULL index\n"
+                          "help: pass the handle keel_open returned");
+    if (!idx->writer)
+        return keel__fail(KEEL_EREADONLY,
+                          "cannot compact: the index at %s was opened as a "
+                          "reader\nhelp: compact through the writer "
+                          "instead", idx->path);
+    pthread_mutex_lock(&idx->write_lock);
+    keel__backup_wait(idx);
+    keel_store *old = idx->st, *nw = NULL;
+    keel_graph *ngr = NULL;
+    /* In memory, the new index is new memory: no name, rename or flag. */
+    int memory = old->memory;
+    char *tmp = keel__path_plus(idx->path, memory ? "" : ".compacting");
+    char *dir = parent_dir(idx->path);
+    int rc = (!tmp || !dir) ? KEEL_ENOMEM : keel__store_commit(old);
+    int flagged = 0, err = 0;
+    if (rc)
+        goto fail;
+    if (!memory)
+        keel__os->unlink(tmp);
+    keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
+                           .metric = old->metric, .precision = old->precision,
+                           .have_options = 1};
+    memcpy(p.identity, keel__store_identity(old), KEEL_IDENTITY_BYTES);
+    if ((rc = keel__store_open_writer(tmp, &p, &nw)))
+        goto fail;
+    ngr = keel__calloc(1, sizeof *ngr);
+    if (!ngr) {
+        rc = KEEL_ENOMEM;
+        goto fail;
+    }
+    keel__graph_init(ngr, nw);
+    if ((rc = copy_live(idx, old, nw, ngr)) || (rc = keel__store_commit(nw)))
+        goto fail;
+    if (memory)
+        goto swap;
+    if ((rc = keel__store_set_superseded(old, 1)))
+        goto fail;
+    flagged = 1;
+    err = keel__os->rename(tmp, idx->path);
+    if (err) {
+        rc = keel__fail(KEEL_EIO, "renaming %s over %s failed: %s\nhelp: check "
+                        "the directory's permissions; the index is unchanged",
+                        tmp, idx->path, strerror(-err));
+        goto fail;
+    }
+    flagged = 0;
+    err = keel__os->sync_dir(dir);
+    /* The rename happened: from here on the new file is the index. */
+    free(nw->path);
+    nw->path = strdup(idx->path);
+swap:
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    swap_store(idx, nw);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__free(ngr);
+    keel__store_close(old);
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__free(tmp);
+    free(dir);
+    if (err || !nw->path) {
+        nw->poisoned = 1;
+        return keel__fail(KEEL_EIO, "syncing the directory of %s after "
+                          "compaction failed\nhelp: close and reopen the "
+                          "index", idx->path);
+    }
+    return KEEL_OK;
+fail:
+    if (flagged && keel__store_set_superseded(old, 0) == KEEL_OK)
+        flagged = 0;
+    keel__store_close(nw);
+    if (tmp && !memory)
+        keel__os->unlink(tmp);
+    keel__free(ngr);
+    pthread_mutex_unlock(&idx->write_lock);
+    keel__free(tmp);
+    free(dir);
+    return rc;
+}
+
+/* Whether the store nw holds the same index as the reader's own: the same
+** dimensions, metric, precision, M and identity. */
+static int
+same_index(const keel_store *own, const keel_store *nw)
+{
+    return nw->g.dim == own->g.dim && nw->g.M == own->g.M &&
+           nw->metric == own->metric && nw->precision == own->precision &&
+           memcmp(keel__store_identity(nw), keel__store_identity(own),
+                  KEEL_IDENTITY_BYTES) == 0;
+}
+
+/* The error of a reader whose path names a file it refused to move to
+** (swap_lock held). */
+static int
+refused_error(const keel_index *idx)
+{
+    if (idx->refused.older)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the file now at %s is an older state of this "
+                          "index (epoch %llu, next id %llu) than the snapshot "
+                          "this reader has served (epoch %llu, next id %llu), "
+                          "so the reader stays at its last snapshot\nhelp: a "
+                          "compaction's file has a greater epoch; if the "
+                          "older file was put back on purpose (a restore), "
+                          "open a new reader to search it",
+                          idx->path, (unsigned long long)idx->refused.epoch,
+                          (unsigned long long)idx->refused.next_id,
+                          (unsigned long long)idx->refused.own_epoch,
+                          (unsigned long long)idx->refused.own_next_id);
+    char own[33], other[33];
+    keel__identity_hex(keel__store_identity(idx->st), own);
+    keel__identity_hex(idx->refused.identity, other);
+    return keel__fail(idx->refused.dim != idx->dim ? KEEL_EDIM : KEEL_EOPTIONS,
+                      "the file now at %s is another index (%u dimensions, "
+                      "identity %s) than the one this reader opened (%u "
+                      "dimensions, identity %s), so the reader stays at the "
+                      "last snapshot of its own\nhelp: open a new reader to "
+                      "search the index now at the path",
+                      idx->path, idx->refused.dim, other, idx->dim, own);
+}
+
+/* Remembers nw as a file at the path the reader does not move to: another
+** index, or with own and seen set, an older state of its own (swap_lock
+** held exclusive). */
+static void
+note_refused(keel_index *idx, const keel_store *nw, const keel_view *own,
+             const keel_view *seen)
+{
+    keel_file_info at;
+    if (keel__os->stat(nw->fd, &at) != 0)
+        return; /* opened again next time */
+    idx->refused.dev = at.dev;
+    idx->refused.ino = at.ino;
+    idx->refused.older = own != NULL;
+    idx->refused.dim = nw->g.dim;
+    memcpy(idx->refused.identity, keel__store_identity(nw),
+           KEEL_IDENTITY_BYTES);
+    if (own) {
+        idx->refused.epoch = seen->epoch;
+        idx->refused.next_id = seen->next_id;
+        idx->refused.own_epoch = own->epoch;
+        idx->refused.own_next_id = own->next_id;
+    }
+}
+
+/* Whether the snapshot seen of another file of the same index is a later
+** state than own, the superseded file's last snapshot (see the banner). */
+static int
+is_successor(const keel_view *own, const keel_view *seen)
+{
+    return seen->epoch > own->epoch && seen->next_id >= own->next_id;
+}
+
+/* Invariant: idx->st is read only under swap_lock, and a store this
+** function swaps out is closed only after the exclusive lock is released,
+** so no thread that read it under the lock still uses it. The store it
+** swaps in is a successor of the one it swaps out, so the snapshots one
+** reader serves never go back. */
+int
+keel__reader_follow(keel_index *idx, int report)
+{
+    keel_view v;
+    keel_file_info a, b;
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_store *st = idx->st;
+    int rc = keel__store_view(st, &v);
+    int superseded = rc == KEEL_OK && keel__store_superseded(st);
+    int moved = superseded && keel__os->stat(st->fd, &a) == 0 &&
+                keel__os->stat_path(idx->path, &b) == 0 &&
+                (a.dev != b.dev || a.ino != b.ino);
+    if (moved && b.dev == idx->refused.dev && b.ino == idx->refused.ino) {
+        /* Known to be refused: do not open it again. */
+        rc = report ? refused_error(idx) : KEEL_OK;
+        moved = 0;
+    }
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (rc || !moved)
+        return rc;
+    keel_store *nw;
+    keel_view nv;
+    if (keel__store_open_reader(idx->path, &nw) != KEEL_OK) {
+        /* The new file is not readable yet (or any more): keep searching the
+         * old one, which stays valid, and look again next time. */
+        keel__clear_error();
+        return KEEL_OK;
+    }
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    if (idx->st != st) { /* another thread moved first */
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return KEEL_OK;
+    }
+    if (!same_index(st, nw)) {
+        /* Another index was put at the path (after the compaction, or in
+         * place of the file that compaction made): serving it would answer
+         * with other vectors, of other lengths. */
+        note_refused(idx, nw, NULL, NULL);
+        rc = report ? refused_error(idx) : KEEL_OK;
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return rc;
+    }
+    if (keel__store_view(nw, &nv) != KEEL_OK) {
+        /* No snapshot to compare yet: look again next time. */
+        keel__clear_error();
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return KEEL_OK;
+    }
+    if (!is_successor(&v, &nv)) {
+        /* The same index at an older state (a copy put back): serving it
+         * would bring back what this reader saw deleted. */
+        note_refused(idx, nw, &v, &nv);
+        rc = report ? refused_error(idx) : KEEL_OK;
+        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__store_close(nw);
+        return rc;
+    }
+    swap_store(idx, nw);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__store_close(st);
+    return KEEL_OK;
+}

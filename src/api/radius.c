@@ -1,0 +1,388 @@
+/* radius.c -- keel_search_radius: every live vector within a distance of a
+** query, nearest first, up to a cap.
+**
+** The walk is search.c's beam search of level 0 with a second reason to go
+** on. Three heaps:
+**   W  the beam: the max(ef, cap) nearest nodes reached (accepted or not),
+**      which bounds the walk as in a k-NN search;
+**   R  the results: the cap nearest accepted nodes within the radius;
+**   C  candidates to expand, nearest first.
+** A reached node is queued if it would enter W, or if it lies within the
+** radius (and would enter R while R is full), and the walk stops at the
+** first candidate beyond both W's bound and the radius. So when fewer
+** nodes than the beam lie within the radius the walk is a k-NN search that
+** reaches past the radius; when more do, it floods the in-radius region
+** through its own links, as far as the cap needs. Like k-NN it is
+** approximate (test_radius.c measures recall against an exact scan). An
+** allow-list of few ids is scanned exactly instead.
+**
+** Reads the store through a view like every search; its scratch is the
+** search context's visited set and heaps, plus R (allocated per call).
+*/
+#include "api/api.h"
+#include "hnsw/filter.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define NEED(cond, ...)                                                     \
+    do {                                                                    \
+        if (!(cond))                                                        \
+            return keel__fail(KEEL_EINVAL, __VA_ARGS__);                    \
+    } while (0)
+
+/* --- scratch (as search.c keeps it) -------------------------------------- */
+
+static int
+grow(uint64_t **h, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = KEEL_MAX(need, *cap * 2 + 64);
+    uint64_t *p = keel__realloc(*h, nc * sizeof *p);
+    if (!p)
+        return -1;
+    *h = p;
+    *cap = nc;
+    return 0;
+}
+
+static int
+visited_reset(keel_search_ctx *c, uint64_t limit)
+{
+    size_t words = (size_t)((limit + 63) / 64);
+    if (words > c->visited_words) {
+        size_t nw = KEEL_MAX(words, c->visited_words * 2);
+        uint64_t *v = keel__calloc(nw, 8);
+        uint32_t *t = keel__malloc((nw + 1) * sizeof *t);
+        if (!v || !t) {
+            keel__free(v);
+            keel__free(t);
+            return -1;
+        }
+        keel__free(c->visited);
+        keel__free(c->touched);
+        c->visited = v;
+        c->touched = t;
+        c->visited_words = nw;
+        c->ntouched = 0;
+        return 0;
+    }
+    for (size_t i = 0; i < c->ntouched; i++)
+        c->visited[c->touched[i]] = 0;
+    c->ntouched = 0;
+    return 0;
+}
+
+static inline int
+visit(keel_search_ctx *c, uint32_t s)
+{
+    uint64_t *w = &c->visited[s >> 6];
+    uint64_t bit = (uint64_t)1 << (s & 63);
+    if (*w & bit)
+        return 1;
+    c->touched[c->ntouched] = s >> 6;
+    c->ntouched += *w == 0;
+    *w |= bit;
+    return 0;
+}
+
+static inline void
+min_push(uint64_t *h, size_t *n, uint64_t x)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= x)
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static inline uint64_t
+min_pop(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0], x = h[--(*n)];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= m)
+            break;
+        size_t r = l + 1, s = (r < m && h[r] < h[l]) ? r : l;
+        if (h[s] >= x)
+            break;
+        h[i] = h[s];
+        i = s;
+    }
+    if (m)
+        h[i] = x;
+    return top;
+}
+
+/* Adds x to the max-heap h of at most cap entries (keeps the cap least). */
+static inline void
+max_keep(uint64_t *h, size_t *n, size_t cap, uint64_t x)
+{
+    size_t i;
+    if (*n < cap) {
+        i = (*n)++;
+        while (i > 0) {
+            size_t p = (i - 1) / 2;
+            if (h[p] >= x)
+                break;
+            h[i] = h[p];
+            i = p;
+        }
+        h[i] = x;
+        return;
+    }
+    if (x >= h[0])
+        return;
+    i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= *n)
+            break;
+        size_t r = l + 1, s = (r < *n && h[r] > h[l]) ? r : l;
+        if (h[s] <= x)
+            break;
+        h[i] = h[s];
+        i = s;
+    }
+    h[i] = x;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static inline int
+accepts(const keel_view *v, const keel_accept *acc, uint32_t s)
+{
+    if (v->deleted == 0 ? s >= v->count : !keel__store_present(v, s))
+        return 0;
+    if (acc->filter)
+        return acc->filter(keel__store_id(v->st, s), acc->filter_arg) != 0;
+    if (acc->allowed)
+        return keel__idset_has(acc->allowed, keel__store_id(v->st, s));
+    return 1;
+}
+
+static inline int
+skip_slot(const keel_view *v, uint32_t s)
+{
+    if (s >= v->limit)
+        return 1;
+    if (v->linked && s >= v->linked_base &&
+        !KEEL_LOAD_ACQUIRE(&v->linked[s - v->linked_base]))
+        return 1;
+    return 0;
+}
+
+/* --- the walk ------------------------------------------------------------ */
+
+typedef struct radius_job {
+    const keel_graph *gr;
+    const keel_view *v;
+    keel_search_ctx *c;
+    const float *q;
+    float radius;             /* as reported */
+    float r_int;              /* the same as an internal distance, or above */
+    size_t cap, beam;
+    const keel_accept *acc;
+    uint64_t *res;            /* R: cap + 1 entries */
+    size_t nres;
+} radius_job;
+
+static inline void
+consider(radius_job *j, float d, uint32_t s)
+{
+    if (d <= j->r_int && accepts(j->v, j->acc, s) &&
+        keel__graph_report(j->gr, d) <= j->radius)
+        max_keep(j->res, &j->nres, j->cap, keel__pack(d, s));
+}
+
+/* Every accepted id of an allow-list, measured. */
+static void
+scan_allowed(radius_job *j)
+{
+    const keel_idset *s = j->acc->allowed;
+    for (uint64_t i = 0; i <= s->mask; i++) {
+        uint64_t slot;
+        if (s->keys[i] == UINT64_MAX ||
+            keel__store_id_lookup(j->v, s->keys[i], &slot) != KEEL_OK)
+            continue;
+        float d = keel__graph_dist(j->gr, j->q,
+                                   keel__store_vec(j->gr->st, slot));
+        consider(j, d, (uint32_t)slot);
+    }
+}
+
+static int
+walk(radius_job *j)
+{
+    const keel_graph *gr = j->gr;
+    const keel_view *v = j->v;
+    keel_search_ctx *c = j->c;
+    const keel_store *st = gr->st;
+    uint32_t ep = keel__search_greedy(gr, v, c, j->q, v->entry, v->max_level,
+                                      0);
+    if (visited_reset(c, v->limit) ||
+        grow(&c->res, &c->res_cap, j->beam + 1) ||
+        grow(&c->cand, &c->cand_cap, KEEL_MAX(j->beam + 1, 256)))
+        return KEEL_ENOMEM;
+    c->nres = c->ncand = 0;
+    float d0 = keel__graph_dist(gr, j->q, keel__store_vec(st, ep));
+    visit(c, ep);
+    min_push(c->cand, &c->ncand, keel__pack(d0, ep));
+    max_keep(c->res, &c->nres, j->beam, keel__pack(d0, ep));
+    consider(j, d0, ep);
+    uint64_t r_key = keel__pack(j->r_int, UINT32_MAX);
+    while (c->ncand) {
+        uint64_t top = min_pop(c->cand, &c->ncand);
+        int in_beam = c->nres < j->beam || top <= c->res[0];
+        int in_radius = top <= r_key &&
+                        (j->nres < j->cap || top < j->res[0]);
+        if (!in_beam && !in_radius)
+            break;
+        uint32_t len;
+        const uint32_t *list = keel__store_list(st, keel__pack_slot(top), 0,
+                                                &len);
+        if (!list)
+            continue;
+        uint32_t ng = 0;
+        for (uint32_t i = 0; i < len; i++) {
+            uint32_t s = KEEL_LOAD_RELAXED(&list[i]);
+            if (s == KEEL_EMPTY || skip_slot(v, s) || visit(c, s))
+                continue;
+            c->gather[ng] = s;
+            c->gvec[ng++] = keel__store_vec(st, s);
+        }
+        if (grow(&c->cand, &c->cand_cap, c->ncand + ng))
+            return KEEL_ENOMEM;
+        keel__graph_dist_group(gr, j->q, c->gvec, ng, c->gdist);
+        for (uint32_t i = 0; i < ng; i++) {
+            uint32_t s = c->gather[i];
+            float d = c->gdist[i];
+            uint64_t e = keel__pack(d, s);
+            int beam_in = c->nres < j->beam || e < c->res[0];
+            int radius_in = e <= r_key && (j->nres < j->cap || e < j->res[0]);
+            if (beam_in)
+                max_keep(c->res, &c->nres, j->beam, e);
+            if (beam_in || radius_in) {
+                min_push(c->cand, &c->ncand, e);
+                consider(j, d, s);
+            }
+        }
+    }
+    c->nres = 0;
+    return KEEL_OK;
+}
+
+/* --- the call ------------------------------------------------------------ */
+
+int
+keel_search_radius(keel_index *idx, const float *query, float radius,
+                   size_t max_results, const keel_search_params *p,
+                   keel_result *out, size_t *n_out)
+{
+    keel__clear_error();
+    const char *fn = "keel_search_radius";
+    if (!idx)
+        return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass "
+                          "the handle keel_open or keel_open_reader returned",
+                          fn);
+    NEED(query, "%s was given no query\nhelp: pass %u floats", fn, idx->dim);
+    NEED(!isnan(radius), "radius is NaN, but has to be a number\nhelp: pass "
+         "the largest distance to return, such as 0.5");
+    NEED(isfinite(radius), "radius is %s, but has to be finite\nhelp: for "
+         "the nearest max_results whatever their distance, call keel_search "
+         "with k = max_results", radius > 0 ? "inf" : "-inf");
+    NEED(radius >= 0 || idx->metric == KEEL_IP,
+         "radius is %g, but %s distances are never negative\nhelp: pass 0 "
+         "for exact copies, or a positive distance", (double)radius,
+         idx->metric == KEEL_L2 ? "l2" : "cosine");
+    NEED(max_results > 0, "max_results is 0, but has to be at least 1\n"
+         "help: pass the room out has, such as 100");
+    NEED(max_results <= 1000000, "max_results is %zu, but has to be at most "
+         "1,000,000\nhelp: ask for fewer results, or a smaller radius",
+         max_results);
+    NEED(out && n_out, "%s was given no room for results\nhelp: pass out "
+         "with room for max_results results and n_out", fn);
+    int rc = keel__params_check_filters(p, fn, 0);
+    if (rc)
+        return rc;
+    if (p) {
+        NEED(p->allowed || p->n_allowed == 0, "n_allowed is %zu but allowed "
+             "is NULL\nhelp: pass the ids, or n_allowed 0 without a filter",
+             p->n_allowed);
+        NEED(p->ef <= 100000, "ef is %u, but has to be at most 100,000\n"
+             "help: 64 to 512 covers most recall targets", p->ef);
+    }
+    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
+        return rc;
+    if ((rc = keel__check_query(idx, query)))
+        return rc;
+    keel_accept acc;
+    keel_idset set;
+    if ((rc = keel__params_accept(p, &acc, &set)))
+        return rc;
+    uint64_t *res = keel__malloc((max_results + 1) * sizeof *res);
+    if (!res) {
+        keel__idset_free(&set);
+        return KEEL_ENOMEM;
+    }
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_view v;
+    keel_search_ctx *c = NULL;
+    rc = keel__store_view(idx->st, &v);
+    if (!rc && !(c = keel__ctx_get(idx)))
+        rc = KEEL_ENOMEM;
+    radius_job j = {.gr = idx->gr, .v = &v, .c = c, .radius = radius,
+                    .cap = max_results, .acc = &acc, .res = res};
+    uint32_t ef = p && p->ef ? p->ef : idx->ef_search;
+    j.beam = KEEL_MAX((size_t)ef, max_results);
+    j.r_int = idx->metric == KEEL_L2
+            ? nextafterf(radius * radius, INFINITY) : radius;
+    if (!rc && v.count && v.entry != KEEL_EMPTY && v.entry < v.limit) {
+        j.q = keel__prep_query(idx, query, c->vbuf);
+        if (acc.allowed && acc.allowed->n <= 2 * j.beam)
+            scan_allowed(&j);
+        else
+            rc = walk(&j);
+    }
+    size_t n = j.nres;
+    if (!rc) {
+        qsort(res, n, sizeof *res, cmp_u64);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t s = keel__pack_slot(res[i]);
+            out[i].id = keel__store_id(idx->st, s);
+            out[i].distance = keel__graph_report(idx->gr,
+                                                 keel__pack_dist(res[i]));
+        }
+        /* Equal distances come back by id. */
+        for (size_t i = 1; i < n; i++) {
+            keel_result x = out[i];
+            size_t k = i;
+            for (; k > 0 && (out[k - 1].distance > x.distance ||
+                             (out[k - 1].distance == x.distance &&
+                              out[k - 1].id > x.id)); k--)
+                out[k] = out[k - 1];
+            out[k] = x;
+        }
+        *n_out = n;
+    }
+    keel__ctx_put(idx, c);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__idset_free(&set);
+    keel__free(res);
+    if (rc == KEEL_ENOMEM)
+        return keel__fail(KEEL_ENOMEM, "out of memory during a radius search"
+                          "\nhelp: free memory, or lower max_results");
+    return rc;
+}

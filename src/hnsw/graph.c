@@ -1,0 +1,310 @@
+/* graph.c -- HNSW node mechanics shared by searches and builds: distances,
+** levels, the selection heuristic and list changes that keep graph.h's
+** invariants for searches reading the same lists without a lock.
+*/
+#include "hnsw/graph.h"
+
+#include <math.h>
+#include <sched.h>
+
+void
+keel__graph_init(keel_graph *gr, keel_store *st)
+{
+    memset(gr, 0, sizeof *gr);
+    const keel_kernels *k = keel__kernels();
+    gr->st = st;
+    gr->metric = st->metric;
+    gr->precision = st->precision;
+    gr->dim = st->g.dim;
+    gr->M = st->g.M;
+    gr->M0 = st->g.M0;
+    gr->dist = st->metric == KEEL_L2 ? k->l2sq[st->precision]
+                                     : k->dot[st->precision];
+    gr->dist4 = st->metric == KEEL_L2 ? k->l2sq4[st->precision]
+                                      : k->dot4[st->precision];
+    gr->level_mult = 1.0 / log((double)gr->M);
+}
+
+float
+keel__graph_report(const keel_graph *gr, float internal)
+{
+    if (gr->metric == KEEL_L2)
+        return sqrtf(internal > 0.0f ? internal : 0.0f);
+    if (gr->metric == KEEL_COSINE && internal < 0.0f)
+        return 0.0f; /* rounding of unit vectors */
+    return internal;
+}
+
+uint32_t
+keel__graph_level(const keel_graph *gr, uint64_t slot)
+{
+    /* A hash of the slot, so a batch's levels do not depend on thread
+     * timing and a file's graph shape is reproducible. */
+    uint64_t z = slot + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
+    double l = -log(u) * gr->level_mult;
+    return l >= KEEL_MAX_LEVELS - 1 ? KEEL_MAX_LEVELS - 1 : (uint32_t)l;
+}
+
+const float *
+keel__graph_vec_f32(const keel_graph *gr, uint64_t slot, float *buf)
+{
+    const void *v = keel__store_vec(gr->st, slot);
+    if (gr->precision == KEEL_F32)
+        return (const float *)v;
+    keel__f16_to_f32_n((const uint16_t *)v, buf, gr->dim);
+    return buf;
+}
+
+uint32_t
+keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
+                   uint32_t cap, uint32_t *out, float *buf, const void **kvec)
+{
+    uint32_t kept = 0, quarter = (cap + 3) / 4;
+    for (uint32_t i = 0; i < n && kept < cap; i++) {
+        uint32_t c = keel__pack_slot(cand[i]);
+        float dc = keel__pack_dist(cand[i]);
+        const float *cv = keel__graph_vec_f32(gr, c, buf);
+        int good = 1;
+        /* Against the kept ones four at a time: most candidates are turned
+         * down by one of the first few. */
+        for (uint32_t j = 0; j < kept && good; j += 4) {
+            float d4[4];
+            uint32_t m = KEEL_MIN(4u, kept - j);
+            keel__graph_dist_group(gr, cv, kvec + j, m, d4);
+            for (uint32_t t = 0; t < m; t++)
+                good &= d4[t] >= dc;
+        }
+        if (good) {
+            kvec[kept] = keel__store_vec(gr->st, c);
+            out[kept++] = c;
+        }
+    }
+    /* Colinear or clustered data can leave a node with two diverse
+     * neighbours; a quarter of the list keeps such chains connected. */
+    for (uint32_t i = 0; i < n && kept < quarter; i++) {
+        uint32_t c = keel__pack_slot(cand[i]);
+        int have = 0;
+        for (uint32_t j = 0; j < kept && !have; j++)
+            have = out[j] == c;
+        if (!have)
+            out[kept++] = c;
+    }
+    return kept;
+}
+
+void
+keel__spin_lock(uint32_t *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!__atomic_load_n(l, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
+            return;
+        if (spins > 64)
+            sched_yield();
+    }
+}
+
+void
+keel__spin_unlock(uint32_t *l)
+{
+    __atomic_store_n(l, 0u, __ATOMIC_RELEASE);
+}
+
+void
+keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
+                     const uint32_t *nb, uint32_t n)
+{
+    uint32_t len;
+    uint32_t *list = keel__store_list(gr->st, slot, level, &len);
+    if (!list)
+        return;
+    uint32_t *lock = &gr->stripes[slot % KEEL_STRIPES];
+    keel__spin_lock(lock);
+    for (uint32_t j = 0; j < len; j++)
+        KEEL_STORE_RELAXED(&list[j], j < n ? nb[j] : KEEL_EMPTY);
+    keel__spin_unlock(lock);
+}
+
+/* Rewrites list (len positions) to hold exactly keep[0..nk), keeping the
+** positions of entries that stay (invariant 2). */
+static void
+rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep, uint32_t nk,
+             uint8_t *flags)
+{
+    uint8_t *stays = flags, *placed = flags + len;
+    memset(placed, 0, nk);
+    for (uint32_t j = 0; j < len; j++) {
+        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
+        stays[j] = 0;
+        for (uint32_t i = 0; i < nk; i++)
+            if (!placed[i] && keep[i] == e) {
+                stays[j] = placed[i] = 1;
+                break;
+            }
+    }
+    uint32_t next = 0;
+    for (uint32_t j = 0; j < len; j++) {
+        if (stays[j])
+            continue;
+        while (next < nk && placed[next])
+            next++;
+        if (next < nk) {
+            KEEL_STORE_RELAXED(&list[j], keep[next]);
+            placed[next] = stays[j] = 1;
+        }
+    }
+    for (uint32_t j = 0; j < len; j++)
+        if (!stays[j])
+            KEEL_STORE_RELAXED(&list[j], KEEL_EMPTY);
+}
+
+static int
+journal_grow(keel_journal *jn, size_t more)
+{
+    size_t cap = jn->cap ? jn->cap : 4096;
+    while (cap < jn->n + more)
+        cap *= 2;
+    uint32_t *w = keel__realloc(jn->w, cap * sizeof *w);
+    if (!w)
+        return keel__fail(KEEL_ENOMEM, "out of memory keeping the lists an "
+                          "add changes (%zu bytes)\nhelp: free memory, or add "
+                          "smaller batches", cap * sizeof *w);
+    jn->w = w;
+    jn->cap = cap;
+    return KEEL_OK;
+}
+
+/* Appends slot's record (words 0: its lists are in the undo log). The
+** caller holds the slot's stripe lock and made room. */
+static void
+journal_put(const keel_graph *gr, keel_journal *jn, uint64_t slot,
+            uint32_t words)
+{
+    uint32_t *w = jn->w + jn->n;
+    w[0] = (uint32_t)slot;
+    w[1] = words;
+    w += 2;
+    for (uint32_t lv = 0, j = 0; j < words; lv++) {
+        uint32_t len;
+        const uint32_t *list = keel__store_list(gr->st, slot, lv, &len);
+        uint32_t n = lv ? gr->M : gr->M0;
+        for (uint32_t e = 0; e < n; e++, j++)
+            w[j] = list ? KEEL_LOAD_RELAXED(&list[e]) : KEEL_EMPTY;
+    }
+    jn->n += 2 + (size_t)words;
+}
+
+void
+keel__graph_journal_end(keel_graph *gr, keel_journal *jn, int restore)
+{
+    keel_store *st = gr->st;
+    for (size_t p = 0; p < jn->n;) {
+        uint32_t slot = jn->w[p], words = jn->w[p + 1];
+        const uint32_t *w = jn->w + p + 2;
+        if (restore && words) {
+            uint32_t *lock = &gr->stripes[slot % KEEL_STRIPES];
+            keel__spin_lock(lock);
+            for (uint32_t lv = 0, j = 0; j < words; lv++) {
+                uint32_t len;
+                uint32_t *list = keel__store_list(st, slot, lv, &len);
+                uint32_t n = lv ? gr->M : gr->M0;
+                for (uint32_t e = 0; e < n; e++, j++)
+                    if (list)
+                        KEEL_STORE_RELAXED(&list[e], w[j]);
+            }
+            keel__spin_unlock(lock);
+        }
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slot, &i);
+        __atomic_fetch_and(&st->journal_bits[k][i >> 6],
+                           ~((uint64_t)1 << (i & 63)), __ATOMIC_RELAXED);
+        p += 2 + (size_t)words;
+    }
+    keel__free(jn->w);
+    memset(jn, 0, sizeof *jn);
+}
+
+int
+keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
+                     uint32_t level, uint64_t limit, keel_link_scratch *s)
+{
+    uint32_t len;
+    uint32_t *list = keel__store_list(gr->st, to, level, &len);
+    if (!list)
+        return KEEL_OK;
+    /* A committed node's lists go to the undo log before they change (before
+     * the stripe lock: the save may write). If they cannot, the link is not
+     * made and the add fails: a link the log cannot undo would let a crash
+     * cut committed nodes off, and an add that leaves it out is not whole. */
+    keel_store *st = gr->st;
+    int rc = KEEL_OK, wrote = 0;
+    if (to < st->committed.count && (rc = keel__undo_save(st, to, &wrote)))
+        return rc;
+    /* The call's journal (keel_journal): room is made before the lock, the
+     * bit is taken and the lists copied under it, before they change. */
+    keel_journal *jn = s->journal;
+    uint64_t *jword = NULL, jbit = 0;
+    uint32_t words = 0;
+    if (jn && to < jn->before) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, to, &i);
+        jword = &st->journal_bits[k][i >> 6];
+        jbit = (uint64_t)1 << (i & 63);
+        if (__atomic_load_n(jword, __ATOMIC_RELAXED) & jbit) {
+            jword = NULL; /* journaled already by this call */
+        } else {
+            if (!wrote)
+                words = gr->M0 + (uint32_t)(KEEL_LOAD_ACQUIRE(
+                                     keel__store_rec(st, to)) & 0xFF) * gr->M;
+            if (jn->n + 2 + words > jn->cap && (rc = journal_grow(jn, 2 + words)))
+                return rc;
+        }
+    }
+    uint32_t *lock = &gr->stripes[to % KEEL_STRIPES];
+    keel__spin_lock(lock);
+    if (jword && !(__atomic_fetch_or(jword, jbit, __ATOMIC_RELAXED) & jbit))
+        journal_put(gr, jn, to, words);
+    uint32_t free_pos = KEEL_EMPTY;
+    for (uint32_t j = 0; j < len; j++) {
+        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
+        if (e == from)
+            goto done;
+        if ((e == KEEL_EMPTY || e >= limit) && free_pos == KEEL_EMPTY)
+            free_pos = j;
+    }
+    if (free_pos != KEEL_EMPTY) {
+        KEEL_STORE_RELAXED(&list[free_pos], (uint32_t)from);
+        goto done;
+    }
+    /* Full: choose the best len of the current entries and the new one. */
+    const float *tv = keel__graph_vec_f32(gr, to, s->vbuf);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < len; j++) {
+        s->keep[n] = KEEL_LOAD_RELAXED(&list[j]);
+        s->vecs[n] = keel__store_vec(gr->st, s->keep[n]);
+        n++;
+    }
+    s->keep[n] = (uint32_t)from;
+    s->vecs[n++] = keel__store_vec(gr->st, from);
+    keel__graph_dist_group(gr, tv, s->vecs, n, s->dists);
+    for (uint32_t j = 0; j < n; j++)
+        s->cand[j] = keel__pack(s->dists[j], s->keep[j]);
+    /* Insertion sort: n is at most 2M + 1. */
+    for (uint32_t i = 1; i < n; i++) {
+        uint64_t x = s->cand[i];
+        uint32_t j = i;
+        for (; j > 0 && s->cand[j - 1] > x; j--)
+            s->cand[j] = s->cand[j - 1];
+        s->cand[j] = x;
+    }
+    uint32_t nk = keel__graph_select(gr, s->cand, n, len, s->keep, s->cbuf,
+                                     s->vecs);
+    rewrite_list(list, len, s->keep, nk, s->flags);
+done:
+    keel__spin_unlock(lock);
+    return rc;
+}

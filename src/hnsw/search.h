@@ -1,0 +1,89 @@
+/* search.h -- walking the HNSW graph: greedy descent, the beam search of one
+** layer, k-NN queries with filters, and the exact scan they fall back to.
+**
+** A search reads the store through a keel_view and never writes the file.
+** All its scratch memory lives in a keel_search_ctx that belongs to one
+** thread for the duration of a call (the api layer keeps a pool).
+*/
+#ifndef KEEL_SEARCH_H
+#define KEEL_SEARCH_H
+
+#include "store/pagein.h"
+#include "hnsw/graph.h"
+
+typedef struct keel_search_ctx {
+    uint64_t *visited;        /* bitset over slots */
+    size_t visited_words;
+    uint32_t *touched;        /* words of visited set since the last clear */
+    size_t ntouched;
+    uint64_t *cand;           /* min-heap of packed entries */
+    size_t ncand, cand_cap;
+    uint64_t *res;            /* max-heap of packed entries */
+    size_t nres, res_cap;
+    uint32_t *gather;         /* neighbours to measure, M0 */
+    const void **gvec;        /* their vectors */
+    float *gdist;             /* their distances (grouped kernels) */
+    float *qbuf;              /* the query as searched (normalized) */
+    float *vbuf;              /* a stored vector widened to f32 */
+    uint64_t ndist;           /* distances computed by the last walk */
+    keel_link_scratch link;   /* for builds */
+    uint32_t *sel;            /* selected neighbours, M0 + 1 */
+    uint32_t dim, M0;
+    /* Batch reads (batch_reads.h): the record of the file this search
+     * reads, NULL while the module is off or the file known resident. */
+    keel_br_record *br;
+    keel_br_cache brc;
+    keel_br_range *bwant;     /* 2 (M0 + 1) ranges */
+    keel_br_scratch bscratch;
+    struct keel_search_ctx *next; /* pool */
+} keel_search_ctx;
+
+keel_search_ctx *keel__search_ctx_new(const keel_graph *gr);
+void keel__search_ctx_free(keel_search_ctx *ctx);
+
+/* A set of u64 ids (allow-lists). */
+typedef struct keel_idset {
+    uint64_t *keys;           /* UINT64_MAX = empty */
+    uint64_t mask;
+    size_t n;                 /* distinct ids */
+} keel_idset;
+int keel__idset_build(keel_idset *s, const uint64_t *ids, size_t n);
+void keel__idset_free(keel_idset *s);
+int keel__idset_has(const keel_idset *s, uint64_t id);
+
+/* Which nodes a walk may return. */
+typedef struct keel_accept {
+    int all;                  /* 1: every node reached (builds) */
+    int (*filter)(uint64_t id, void *arg);
+    void *filter_arg;
+    const keel_idset *allowed;
+} keel_accept;
+
+/* Greedy descent from `entry` through levels from..to+1; returns the nearest
+** node found at level to+1 (the start for level to), or KEEL_EMPTY when
+** bringing pages in failed (ctx->br set; message recorded). */
+uint32_t keel__search_greedy(const keel_graph *gr, const keel_view *v,
+                             keel_search_ctx *ctx, const float *q,
+                             uint32_t entry, uint32_t from, uint32_t to);
+
+/* Beam search of one level from entry, keeping ef nodes the accept policy
+** allows in ctx->res. Stops early, returning 1, once it has computed more than
+** budget distances (0 = no budget); returns 0 when it finished, -1 out of
+** memory, -2 when bringing pages in failed (ctx->br set; message recorded). */
+int keel__search_layer(const keel_graph *gr, const keel_view *v,
+                       keel_search_ctx *ctx, const float *q, uint32_t entry,
+                       uint32_t level, uint32_t ef, const keel_accept *acc,
+                       uint64_t budget);
+
+/* Moves ctx->res into out sorted ascending (nearest first); returns count. */
+size_t keel__search_take(keel_search_ctx *ctx, uint64_t *out);
+
+/* The k nearest present, accepted vectors to q (already normalized for
+** cosine). Unfiltered searches walk the graph; filtered ones walk with a
+** budget and fall back to an exact scan of the matches (search.c). */
+int keel__search_knn(const keel_graph *gr, const keel_view *v,
+                     keel_search_ctx *ctx, const float *q, size_t k,
+                     uint32_t ef, const keel_accept *acc, keel_result *out,
+                     size_t *n_out);
+
+#endif /* KEEL_SEARCH_H */

@@ -1,0 +1,145 @@
+/* batch_reads.h -- bringing in the byte ranges a search is about to read,
+** a batch at a time, with their reads overlapped.
+**
+** The search says "these ranges of the file are about to be read"; a source
+** decides how to bring them in: the local file (this file's local source
+** gives the system read-ahead advice for the index's own mappings), and
+** later a remote object with a cache. Between the two sits one policy
+** (batch_reads.c, after the second seed):
+**
+**   (1) ranges are sorted by offset, duplicates dropped, and ranges within
+**       KEEL_BR_GAP bytes of each other merged into extents;
+**   (2) a batch keeps up to KEEL_BR_MAX_RUNS runs in flight: the first is
+**       its own, every further one is taken from an allowance (process-wide:
+**       KEEL_BR_ALLOWANCE) without waiting; a batch granted nothing reads
+**       with one call;
+**   (3) runs are sized to the overlap granted: the extents are cut into
+**       exactly 1 + granted runs of near-equal extent counts, never cut
+**       first and then read one after another;
+**   (4) results come back in caller order, duplicates and absence (NULL)
+**       kept; one failed run, or a source answering for fewer ranges than
+**       it was asked, fails the whole batch with KEEL_EIO and a message.
+**
+** Invariants:
+**   (a) runs taken from an allowance are given back after the source's
+**       wait, so at most KEEL_BR_ALLOWANCE extra runs of the process are
+**       ever out at once (test_concurrent_batch_reads.c counts them);
+**   (b) every run a batch started is waited for before it returns, failed
+**       or not.
+**
+**
+** The residency record and the local file's source are the store's
+** (store/pagein.h): this layer knows ranges and sources, not files.
+*/
+#ifndef KEEL_BATCH_READS_H
+#define KEEL_BATCH_READS_H
+
+#include "base/internal.h"
+
+/* Runs in flight per batch, and extra runs of the whole process at once:
+** the seed's figures (a 32-key HNSW batch in 8 runs of 4 waited for 4
+** fetches instead of 32; 64 bounds what a burst of cold searches asks of a
+** remote store). For the local file they change nothing measurable: its
+** advice calls only start reads, so every run of a batch is in flight
+** anyway (doc/batch_reads.md); they are for the remote source. */
+#define KEEL_BR_MAX_RUNS 16u
+#define KEEL_BR_ALLOWANCE 64
+/* Ranges closer than this merge into one extent: one 4 KiB page, so two
+** ranges on one page or on neighbouring pages are one read. The local
+** file asks for whole granules, which are either adjacent or at least a
+** granule apart, so gaps of 0 and 4 KiB make the same reads there, and
+** 64 KiB would also read each granule lying alone between two asked for
+** (not measured); the gap matters for sources that read exact ranges. */
+#define KEEL_BR_GAP 4096u
+/* The residency record's unit and the local source's read unit: a cold
+** range brings in its whole 64 KiB granule. Measured against 4 KiB (1st
+** result a little sooner, the 10th to 1,000th much later: neighbouring
+** vectors are not read along) and 128 KiB (the fault read-around here;
+** 1st result later on the 768-d file): doc/batch_reads.md. */
+#ifndef KEEL_BR_GRANULE_LOG2 /* -D for measurements */
+#define KEEL_BR_GRANULE_LOG2 16u
+#endif
+
+/* A range about to be read: file offset and length, and where it is in the
+** local mapping (the local source advises that address; others use off). */
+typedef struct keel_br_range {
+    uint64_t off;
+    uint64_t len;
+    const void *addr;
+} keel_br_range;
+
+/* One run: n distinct ranges, sorted, forming next extents. */
+typedef struct keel_br_run {
+    const keel_br_range *r;   /* the distinct ranges of the run */
+    size_t n;
+    const keel_br_range *ext; /* the merged extents (addr of the first) */
+    size_t next;
+} keel_br_run;
+
+/* A source. read brings one run in, sets out[i] (i < run->n) to where range
+** i's bytes are, or NULL if the source does not hold it, and returns the
+** number of ranges it answered (run->n) or -errno; it may return before the
+** bytes are in, and wait then waits for every run read since the last
+** wait (NULL: read waits itself). */
+typedef struct keel_br_source {
+    long (*read)(void *self, const keel_br_run *run, const void **out);
+    int (*wait)(void *self);
+    void *self;
+} keel_br_source;
+
+/* Extra runs free to take (atomic). */
+typedef struct keel_br_allowance {
+    int free;
+} keel_br_allowance;
+
+/* The process-wide allowance (KEEL_BR_ALLOWANCE). */
+extern keel_br_allowance keel__br_shared;
+
+/* Takes up to want extra runs without waiting; returns how many. */
+uint32_t keel__br_take(keel_br_allowance *a, uint32_t want);
+void keel__br_give(keel_br_allowance *a, uint32_t n);
+
+/* Scratch memory of a batch, grown as needed (one per thread). */
+typedef struct keel_br_scratch {
+    keel_br_range *dist;      /* distinct ranges, sorted */
+    keel_br_range *ext;       /* extents */
+    uint32_t *order;          /* caller index by sorted position */
+    uint32_t *which;          /* distinct index of each caller range */
+    const void **dout;        /* result per distinct range */
+    size_t cap;
+} keel_br_scratch;
+
+void keel__br_scratch_free(keel_br_scratch *s);
+
+/* How many runs a batch of `extents` extents reads when granted `granted`
+** extra runs, and where run i starts (the sizing rule, (3) above). */
+static inline uint32_t
+keel__br_runs(size_t extents, uint32_t granted)
+{
+    if (extents == 0)
+        return 0;
+    size_t runs = KEEL_MIN((size_t)granted + 1, extents);
+    return (uint32_t)KEEL_MIN(runs, (size_t)KEEL_BR_MAX_RUNS);
+}
+static inline size_t
+keel__br_run_start(size_t extents, uint32_t runs, uint32_t i)
+{
+    return i * extents / runs;
+}
+
+/* Reads the batch r[0..n) from src (allowance a; NULL: the shared one).
+** out[i] gets range i's result. KEEL_OK, KEEL_EIO (message recorded), or
+** KEEL_ENOMEM. */
+int keel__br_read(const keel_br_source *src, keel_br_allowance *a,
+                  const keel_br_range *r, size_t n, const void **out,
+                  keel_br_scratch *s);
+
+/* Whether searches use this module: KEEL_BATCH_READS=0/1 in the
+** environment, read once (default KEEL_BATCH_READS_DEFAULT); tests switch
+** it with keel__br_set_enabled, where 2 also brings in the pages of files
+** too small for the rule below. */
+#define KEEL_BATCH_READS_DEFAULT 1
+int keel__br_enabled(void);
+void keel__br_set_enabled(int on);
+
+#endif /* KEEL_BATCH_READS_H */

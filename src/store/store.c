@@ -1,0 +1,1578 @@
+/* store.c -- the index file: create, open, recover, grow, commit, snapshot.
+**
+** This module keeps the commit protocol of doc/format.md section 6. Its
+** invariants, cited by number elsewhere and by the durability tests:
+**
+**   (1) A header copy is written only after every byte it covers is synced.
+**   (2) A commit writes the copy that does not hold the newest valid header,
+**       with sequence = newest + 1, newest as on disk (a failed flush may
+**       have left its intent header newest).
+**   (3) Committed bytes are never rewritten, except deleted epochs (through
+**       the intent protocol) and neighbour lists (single aligned 32-bit
+**       stores, entries that survive a change keep their positions).
+**   (4) A slot's full header (id, epoch 0) is written before the slot is
+**       counted anywhere.
+**   (5) Deletes commit through an intent header: intent + sync, marks + sync,
+**       commit header into the other copy + sync.
+**   (6) Recovery runs only in a writer: an intent header as newest makes it
+**       clear every mark above E below N, sync, then write a clean header.
+**   (7) After a failed sync the writer is poisoned until reopened.
+**   (8) Disk space is reserved before anything is written through a mapping.
+**   (9) Regions are mapped once and never unmapped before close; a reader
+**       that sees an uncommitted region replaced keeps the old mapping too.
+**
+** Concurrency: one writer thread at a time (the api layer's write mutex);
+** searches read through the accessors in store.h at any time, so everything
+** they may read is published with release stores after it is written.
+*/
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+
+#define ALLOC_STEP (8u << 20) /* reserve disk space at most 8 MiB ahead */
+
+/* The message of a failed system call on the index: "<what> <path> failed",
+** what being a verb phrase whose object is the path ("opening", "syncing",
+** "reading the header of"), and a help line for the errno. */
+static int
+io_fail(int err, const char *what, const char *path)
+{
+    if (keel__is_memory(path))
+        return keel__fail(err == -ENOSPC || err == -ENOMEM || err == -EDQUOT
+                              ? KEEL_ENOMEM : KEEL_EIO,
+                          "%s for the index in memory failed: %s\nhelp: free "
+                          "memory, or open an index file instead of "
+                          "\":memory:\"", what, strerror(-err));
+    if (err == -ENOSPC || err == -EDQUOT)
+        return keel__fail(KEEL_EFULL,
+                          "%s %s failed: no space left on the device\n"
+                          "help: free disk space, then retry; the index keeps "
+                          "its last flush", what, path);
+    const char *help;
+    switch (-err) {
+    case ELOOP:
+        help = "the path runs through a symbolic link that leads back to "
+               "itself (or through too many links): point the link at the "
+               "index file, or give the file's own path";
+        break;
+    case ENAMETOOLONG:
+        help = "the path, or one name in it, is longer than the system "
+               "allows: give a shorter path (move the index, or use a "
+               "relative path)";
+        break;
+    case EACCES:
+    case EPERM:
+        help = "check the permissions of the file and of every directory on "
+               "its path (a writer needs to write the file and its "
+               "directory)";
+        break;
+    case EROFS:
+        help = "the file system is read-only: open the index as a reader "
+               "(keel_open_reader, or --reader in the CLI) to search it, or "
+               "copy it to a writable file system to change it";
+        break;
+    default:
+        help = "check the disk and the file's permissions; the index keeps "
+               "its last flush";
+        break;
+    }
+    return keel__fail(KEEL_EIO, "%s %s failed: %s\nhelp: %s", what, path,
+                      strerror(-err), help);
+}
+
+static int
+poison(keel_store *st, int err, const char *what)
+{
+    st->poisoned = 1;
+    return io_fail(err, what, st->path);
+}
+
+/* --- regions ----------------------------------------------------------- */
+
+static void
+seg_set(keel_segment *s, const keel_geometry *g, uint32_t k, uint8_t *base,
+        uint64_t off)
+{
+    keel_seg_layout L;
+    keel__seg_layout(g, k, &L);
+    s->off = off;
+    s->bytes = L.bytes;
+    s->slots = L.slots;
+    KEEL_STORE_RELAXED(&s->hdrs, base);
+    KEEL_STORE_RELAXED(&s->vecs, base + L.vec_off);
+    KEEL_STORE_RELAXED(&s->recs, base + L.rec_off);
+    KEEL_STORE_RELAXED(&s->base, base);
+}
+
+static int
+map_region(keel_store *st, uint64_t off, uint64_t bytes, uint8_t **out)
+{
+    void *p;
+    int err = keel__os->map(st->fd, off, (size_t)bytes, st->writer, &p);
+    if (err)
+        return io_fail(err, "mapping a region of", st->path);
+    *out = p;
+    return KEEL_OK;
+}
+
+/* Appends a region of `bytes` at the writer's end of file. */
+static int
+new_region(keel_store *st, uint64_t bytes, uint64_t *off)
+{
+    uint64_t at = st->work.file_end;
+    if (st->file_len < at + bytes) {
+        int err = keel__os->truncate(st->fd, at + bytes);
+        if (err)
+            return io_fail(err, "growing", st->path);
+        st->file_len = at + bytes;
+    }
+    *off = at;
+    st->work.file_end = at + bytes;
+    return KEEL_OK;
+}
+
+static int
+reserve_space(keel_store *st, uint64_t off, uint64_t len)
+{
+    int err = keel__os->allocate(st->fd, off, len);
+    return err ? io_fail(err, "reserving disk space for", st->path) : KEEL_OK;
+}
+
+static void
+live_put_regions(keel_store *st)
+{
+    if (!st->live)
+        return;
+    uint64_t *segs = (uint64_t *)(void *)(st->live + LO_SEG_TABLE);
+    uint64_t *chunks = (uint64_t *)(void *)(st->live + LO_HEAP_TABLE);
+    for (uint32_t i = 0; i < st->work.segments; i++)
+        KEEL_STORE_RELAXED(&segs[i], st->work.seg_off[i]);
+    for (uint32_t i = 0; i < st->work.heap_chunks; i++)
+        KEEL_STORE_RELAXED(&chunks[i], st->work.heap_off[i]);
+    KEEL_STORE_RELEASE((uint32_t *)(void *)(st->live + LO_SEGMENTS),
+                       st->work.segments);
+    KEEL_STORE_RELEASE((uint32_t *)(void *)(st->live + LO_HEAP_CHUNKS),
+                       st->work.heap_chunks);
+}
+
+static int
+add_segment(keel_store *st)
+{
+    uint32_t k = st->nseg;
+    if (k >= KEEL_MAX_SEGMENTS)
+        return keel__fail(KEEL_EFULL,
+                          "the index at %s has its %u segments full\n"
+                          "help: compact the index, or split the vectors "
+                          "over several indexes", st->path, k);
+    keel_seg_layout L;
+    keel__seg_layout(&st->g, k, &L);
+    uint64_t off;
+    uint8_t *base;
+    int rc = new_region(st, L.bytes, &off);
+    if (!rc)
+        rc = map_region(st, off, L.bytes, &base);
+    if (rc)
+        return rc;
+    seg_set(&st->seg[k], &st->g, k, base, off);
+    st->seg[k].reserved = 0;
+    st->work.seg_off[k] = off;
+    st->work.segments = k + 1;
+    st->seg_slots += L.slots;
+    KEEL_STORE_RELEASE(&st->nseg, k + 1);
+    live_put_regions(st);
+    return KEEL_OK;
+}
+
+/* Reserves disk space for slots [a, b) of segment k, in steps. */
+static int
+reserve_seg_slots(keel_store *st, uint32_t k, uint64_t upto)
+{
+    keel_segment *s = &st->seg[k];
+    if (upto <= s->reserved)
+        return KEEL_OK;
+    uint64_t per = KEEL_SLOT_HDR_BYTES + st->g.vec_bytes + st->g.rec_bytes;
+    uint64_t step = KEEL_MAX(ALLOC_STEP / per, 64);
+    uint64_t b = KEEL_MIN(KEEL_MAX(upto, s->reserved + step), s->slots);
+    uint64_t a = s->reserved;
+    uint64_t voff = (uint64_t)(s->vecs - s->base);
+    uint64_t roff = (uint64_t)(s->recs - s->base);
+    int rc = reserve_space(st, s->off + a * 16, (b - a) * 16);
+    if (!rc)
+        rc = reserve_space(st, s->off + voff + a * st->g.vec_bytes,
+                           (b - a) * st->g.vec_bytes);
+    if (!rc)
+        rc = reserve_space(st, s->off + roff + a * st->g.rec_bytes,
+                           (b - a) * st->g.rec_bytes);
+    if (!rc)
+        s->reserved = b;
+    return rc;
+}
+
+int
+keel__store_reserve(keel_store *st, uint64_t n, uint64_t *first)
+{
+    uint64_t a = st->next_slot, b = a + n;
+    if (b > KEEL_MAX_SLOTS || b < a)
+        return keel__fail(KEEL_EFULL,
+                          "the index at %s cannot hold %llu more vectors: it "
+                          "has %llu slots of 4,294,967,294\n"
+                          "help: compact the index to reclaim deleted slots, "
+                          "or split the vectors over several indexes",
+                          st->path, (unsigned long long)n,
+                          (unsigned long long)a);
+    while (st->seg_slots < b) {
+        int rc = add_segment(st);
+        if (rc)
+            return rc;
+    }
+    /* Space for every segment the range touches. */
+    for (uint64_t s = a; s < b;) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, s, &i);
+        uint64_t in_seg = KEEL_MIN(st->seg[k].slots - i, b - s);
+        int rc = reserve_seg_slots(st, k, i + in_seg);
+        if (rc)
+            return rc;
+        s += in_seg;
+    }
+    *first = a;
+    st->next_slot = b;
+    return KEEL_OK;
+}
+
+void
+keel__store_unreserve(keel_store *st, uint64_t n)
+{
+    if (n < st->next_slot) {
+        st->next_slot = n;
+        st->idtab_clean = false; /* entries may name the given-back slots */
+    }
+    if (n < st->idtab_covers)
+        st->idtab_covers = n; /* those slots will hold other ids */
+}
+
+void
+keel__store_write_slot(keel_store *st, uint64_t slot, uint64_t id,
+                       const void *vec, uint32_t level, uint64_t heap_ref)
+{
+    uint64_t i;
+    keel_segment *s = &st->seg[keel__slot_segment(&st->g, slot, &i)];
+    uint64_t *hdr = (uint64_t *)(void *)(s->hdrs + i * 16);
+    KEEL_STORE_RELAXED(&hdr[0], id);
+    KEEL_STORE_RELAXED(&hdr[1], (uint64_t)0); /* invariant (4) */
+    memcpy(s->vecs + i * st->g.vec_bytes, vec, st->g.vec_bytes);
+    uint64_t *rec = (uint64_t *)(void *)(s->recs + i * st->g.rec_bytes);
+    uint32_t *nb = (uint32_t *)(rec + 1);
+    for (uint32_t j = 0; j < st->g.M0; j++)
+        KEEL_STORE_RELAXED(&nb[j], KEEL_EMPTY);
+    KEEL_STORE_RELEASE(&rec[0], (uint64_t)level | heap_ref << 16);
+}
+
+void
+keel__store_publish(keel_store *st, uint64_t n)
+{
+    KEEL_STORE_RELEASE(&st->nslots, n);
+    if (st->live)
+        KEEL_STORE_RELEASE((uint64_t *)(void *)(st->live + LO_ROUTING), n);
+}
+
+void
+keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level)
+{
+    KEEL_STORE_RELEASE(&st->entry_packed, (uint64_t)max_level << 32 | entry);
+}
+
+/* --- heap -------------------------------------------------------------- */
+
+static int
+add_chunk(keel_store *st)
+{
+    uint32_t c = st->nheap;
+    if (c >= KEEL_MAX_HEAP_CHUNKS)
+        return keel__fail(KEEL_EFULL,
+                          "the index at %s has its %u heap chunks full\n"
+                          "help: compact the index, or split the vectors "
+                          "over several indexes", st->path, c);
+    uint64_t bytes = keel__heap_chunk_bytes(&st->g, c);
+    uint64_t off;
+    uint8_t *base;
+    int rc = new_region(st, KEEL_ALIGN_UP(bytes, KEEL_REGION_ALIGN), &off);
+    if (!rc)
+        rc = map_region(st, off, bytes, &base);
+    if (rc)
+        return rc;
+    keel_chunk *ch = &st->heap[c];
+    ch->off = off;
+    ch->bytes = bytes;
+    ch->reserved = 0;
+    KEEL_STORE_RELAXED(&ch->base, base);
+    st->work.heap_off[c] = off;
+    st->work.heap_chunks = c + 1;
+    KEEL_STORE_RELEASE(&st->nheap, c + 1);
+    live_put_regions(st);
+    return KEEL_OK;
+}
+
+int
+keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref)
+{
+    uint64_t need = 4ull * st->g.M * levels;
+    uint32_t c = (uint32_t)(st->work.heap_used >> 32);
+    uint64_t off = st->work.heap_used & 0xFFFFFFFFu;
+    if (st->nheap == 0 || off + need > st->heap[c].bytes) {
+        if (st->nheap > 0)
+            c++, off = 0;
+        if (c >= st->nheap) {
+            int rc = add_chunk(st);
+            if (rc)
+                return rc;
+        }
+    }
+    keel_chunk *ch = &st->heap[c];
+    if (off + need > ch->reserved) {
+        uint64_t to = KEEL_MIN(KEEL_MAX(off + need, ch->reserved + ALLOC_STEP),
+                               ch->bytes);
+        int rc = reserve_space(st, ch->off + ch->reserved, to - ch->reserved);
+        if (rc)
+            return rc;
+        ch->reserved = to;
+    }
+    uint32_t *e = (uint32_t *)(void *)(ch->base + off);
+    for (uint64_t j = 0; j < need / 4; j++)
+        KEEL_STORE_RELAXED(&e[j], KEEL_EMPTY);
+    *ref = (uint64_t)c << 32 | off;
+    st->work.heap_used = (uint64_t)c << 32 | (off + need);
+    return KEEL_OK;
+}
+
+uint64_t
+keel__store_heap_mark(const keel_store *st)
+{
+    return st->work.heap_used;
+}
+
+void
+keel__store_heap_reset(keel_store *st, uint64_t mark)
+{
+    st->work.heap_used = mark;
+}
+
+uint32_t *
+keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
+                 uint32_t *len)
+{
+    uint64_t *rec = keel__store_rec(st, slot);
+    if (level == 0) {
+        *len = st->g.M0;
+        return (uint32_t *)(rec + 1);
+    }
+    uint64_t head = KEEL_LOAD_ACQUIRE(&rec[0]);
+    uint32_t lv = (uint32_t)(head & 0xFF);
+    if (level > lv || lv >= KEEL_MAX_LEVELS)
+        return NULL;
+    uint64_t ref = head >> 16;
+    uint32_t c = (uint32_t)(ref >> 32);
+    uint64_t off = ref & 0xFFFFFFFFu;
+    if (c >= KEEL_LOAD_ACQUIRE(&st->nheap))
+        return NULL;
+    const keel_chunk *ch = &st->heap[c];
+    uint8_t *base = KEEL_LOAD_RELAXED(&ch->base);
+    if (!base || off + 4ull * st->g.M * lv > ch->bytes || off % 4)
+        return NULL;
+    *len = st->g.M;
+    return (uint32_t *)(void *)(base + off + 4ull * st->g.M * (level - 1));
+}
+
+/* --- id table ---------------------------------------------------------- */
+
+static inline uint64_t
+id_home(uint64_t id, uint32_t log2)
+{
+    return (id * 0x9E3779B97F4A7C15ull) >> (64 - log2);
+}
+
+uint64_t
+keel__store_next_id(const keel_store *st)
+{
+    return st->work.next_id;
+}
+
+void
+keel__store_note_id(keel_store *st, uint64_t id)
+{
+    if (id >= st->work.next_id) {
+        st->work.next_id = id + 1;
+        KEEL_STORE_RELAXED(&st->pub_next_id, id + 1);
+    }
+}
+
+void
+keel__store_forget_ids(keel_store *st, uint64_t next_id)
+{
+    st->work.next_id = next_id;
+    KEEL_STORE_RELAXED(&st->pub_next_id, next_id);
+}
+
+int
+keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
+{
+    const keel_idtab *t = v->idtab;
+    if (!t || !t->tab)
+        return KEEL_ENOTFOUND;
+    uint64_t mask = ((uint64_t)1 << t->log2) - 1;
+    uint64_t h = id_home(id, t->log2);
+    for (uint64_t n = 0; n <= mask; n++, h = (h + 1) & mask) {
+        uint32_t s = KEEL_LOAD_RELAXED(&t->tab[h]);
+        if (s == KEEL_EMPTY)
+            break;
+        if (s < v->count && keel__store_id(v->st, s) == id &&
+            keel__store_present(v, s)) {
+            *slot = s;
+            return KEEL_OK;
+        }
+    }
+    return KEEL_ENOTFOUND;
+}
+
+/* Longest probe an insert accepts before it rebuilds the table: a table at
+** most half full rarely needs more than a few. Entries left by a writer that
+** rolled back (the slots they name were used again by the next writer) or
+** by damage fill a table up without counting; a rebuild drops them. Ids
+** chosen to share one home (their hashes agree in the top bits, so they
+** collide at every table size) make long probes that a rebuild cannot
+** shorten: in a table this writer rebuilt (no stale entries), a long probe
+** is taken as it is. */
+#define IDTAB_MAX_PROBE 64u
+
+/* Puts slot under id, probing at most max_probe entries past its home;
+** 0 when done, 1 when the probe ran too long (or the table is full). */
+static int
+idtab_put(const keel_idtab *t, uint64_t id, uint64_t slot, uint64_t max_probe)
+{
+    uint64_t mask = ((uint64_t)1 << t->log2) - 1;
+    uint64_t h = id_home(id, t->log2);
+    for (uint64_t n = 0; KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY; n++) {
+        if (n >= max_probe || n >= mask)
+            return 1;
+        h = (h + 1) & mask;
+    }
+    KEEL_STORE_RELAXED(&t->tab[h], (uint32_t)slot);
+    return 0;
+}
+
+/* Writes a new table of 2^log2 entries holding every slot written so far,
+** and makes it the current one. */
+static int
+idtab_rebuild(keel_store *st, uint32_t log2)
+{
+    if (st->nidtabs >= KEEL_MAX_IDTABS)
+        return keel__fail(KEEL_EFULL, "the id table of %s cannot grow again\n"
+                          "help: compact the index", st->path);
+    uint64_t bytes = 4ull << log2;
+    uint64_t off;
+    uint8_t *base;
+    int rc = new_region(st, KEEL_ALIGN_UP(bytes, KEEL_REGION_ALIGN), &off);
+    if (!rc)
+        rc = reserve_space(st, off, bytes);
+    if (!rc)
+        rc = map_region(st, off, bytes, &base);
+    if (rc)
+        return rc;
+    memset(base, 0xFF, bytes);
+    keel_idtab *t = &st->idtabs[st->nidtabs];
+    t->tab = (uint32_t *)(void *)base;
+    t->off = off;
+    t->log2 = log2;
+    /* At most half full (the caller sized it), so every put finds an empty
+    ** entry, however many ids share a home. */
+    for (uint64_t s = 0; s < st->next_slot; s++)
+        (void)idtab_put(t, keel__store_id(st, s), s, UINT64_MAX);
+    KEEL_STORE_RELEASE(&st->nidtabs, st->nidtabs + 1);
+    st->work.idtab_offset = off;
+    st->work.idtab_log2 = log2;
+    st->idtab_covers = st->next_slot;
+    st->idtab_clean = true;
+    return KEEL_OK;
+}
+
+int
+keel__store_id_reserve(keel_store *st, uint64_t n_more)
+{
+    uint64_t need = st->next_slot + n_more;
+    keel_idtab *cur = st->nidtabs ? &st->idtabs[st->nidtabs - 1] : NULL;
+    if (cur && need <= ((uint64_t)1 << cur->log2) / 2)
+        return KEEL_OK;
+    uint32_t log2 = KEEL_MAX(keel__initial_idtab_log2(),
+                             cur ? cur->log2 + 1 : 0);
+    while (((uint64_t)1 << log2) / 2 < need)
+        log2++;
+    return idtab_rebuild(st, log2);
+}
+
+int
+keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot)
+{
+    if (slot < st->idtab_covers)
+        return KEEL_OK; /* a rebuild since the slot was written put it in */
+    keel_idtab *t = &st->idtabs[st->nidtabs - 1];
+    /* keel__store_id_reserve keeps the table at most half full, so only
+    ** stale entries can make it fail an unbounded probe. */
+    if (idtab_put(t, id, slot,
+                  st->idtab_clean ? UINT64_MAX : IDTAB_MAX_PROBE) == 0)
+        return KEEL_OK;
+    /* Room for what the table holds now and as much again. */
+    uint32_t log2 = t->log2;
+    while (((uint64_t)1 << log2) / 2 < 2 * st->next_slot)
+        log2++;
+    return idtab_rebuild(st, log2);
+}
+
+/* --- deletes ----------------------------------------------------------- */
+
+int
+keel__store_delete(keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    uint32_t k = keel__slot_segment(&st->g, slot, &i);
+    uint64_t *bits = st->pend_bits[k];
+    if (!bits) {
+        bits = keel__calloc((size_t)((st->seg[k].slots + 63) / 64), 8);
+        if (!bits)
+            return KEEL_ENOMEM;
+        KEEL_STORE_RELEASE(&st->pend_bits[k], bits);
+    }
+    if (st->pend_n == st->pend_cap) {
+        size_t cap = st->pend_cap ? st->pend_cap * 2 : 256;
+        uint32_t *l = keel__realloc(st->pend_list, cap * sizeof *l);
+        if (!l)
+            return KEEL_ENOMEM;
+        st->pend_list = l;
+        st->pend_cap = cap;
+    }
+    st->pend_list[st->pend_n++] = (uint32_t)slot;
+    KEEL_STORE_RELAXED(&st->pub_deleted, st->committed.deleted + st->pend_n);
+    __atomic_fetch_or(&bits[i >> 6], (uint64_t)1 << (i & 63), __ATOMIC_RELEASE);
+    return KEEL_OK;
+}
+
+size_t
+keel__store_pending_deletes(const keel_store *st)
+{
+    return st->pend_n;
+}
+
+/* --- headers and commits ----------------------------------------------- */
+
+/* Writes header h into copy. Allocates nothing (the writer's buffer is made
+** at open), so once a flush has written its intent header every failure
+** left is a failed write or sync, and those poison the writer. */
+static int
+write_header(keel_store *st, keel_header *h, int copy)
+{
+    uint8_t *buf = st->hdr_buf;
+    memset(buf, 0, KEEL_PAGE_SLOT);
+    keel__header_encode(h, buf);
+    ssize_t n = keel__os->pwrite(st->fd, buf, h->length,
+                                 copy ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
+    if (n < 0)
+        return poison(st, (int)n, "writing the header of");
+    return KEEL_OK;
+}
+
+static int
+sync_file(keel_store *st)
+{
+    int err = keel__os->sync(st->fd);
+    return err ? poison(st, err, "syncing") : KEEL_OK;
+}
+
+int
+keel__store_commit(keel_store *st)
+{
+    if (st->poisoned)
+        return keel__fail(KEEL_EIO,
+                          "an earlier sync of %s failed, so what reached the "
+                          "disk is unknown\nhelp: close the index and open it "
+                          "again; it reopens at its last completed flush",
+                          st->path);
+    uint32_t entry, max_level;
+    keel__store_entry(st, &entry, &max_level);
+    keel_header *w = &st->work;
+    w->count = st->nslots;
+    w->entry = entry;
+    w->max_level = max_level;
+    if (w->count == st->committed.count && st->pend_n == 0 &&
+        w->flags == st->committed.flags && w->next_id == st->committed.next_id)
+        return KEEL_OK; /* nothing to commit */
+
+    int copy = keel__mutant == KEEL_MUT_HEADER_OVER_NEWEST ? st->newest_copy
+                                                          : 1 - st->newest_copy;
+    int rc;
+    /* Undo invariant (2): the log is durable before the index is synced. */
+    int err = keel__undo_sync(st);
+    if (err)
+        return poison(st, err, "syncing the undo log of");
+    /* Invariant (2) counts from the newest header on disk, not from the last
+     * commit: a flush that failed after its intent header left that header
+     * newest, and a retry must not write a second copy with its sequence. */
+    uint64_t seq = st->newest_seq;
+    if (st->pend_n == 0) {
+        w->sequence = seq + 1;
+        if ((keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
+             (rc = sync_file(st))) ||
+            (rc = write_header(st, w, copy)) || (rc = sync_file(st)))
+            return rc;
+        st->newest_copy = copy;
+        st->newest_seq = seq + 1;
+    } else {
+        uint64_t E = st->committed.epoch;
+        keel_header *intent = keel__malloc(sizeof *intent);
+        if (!intent)
+            return KEEL_ENOMEM;
+        *intent = st->committed;
+        intent->pending_epoch = E + 1;
+        intent->sequence = seq + 1;
+        rc = keel__mutant == KEEL_MUT_NO_INTENT ? KEEL_OK
+                                                : write_header(st, intent, copy);
+        keel__free(intent);
+        if (rc)
+            return rc;
+        if (keel__mutant != KEEL_MUT_NO_INTENT) {
+            st->newest_copy = copy;
+            st->newest_seq = seq + 1;
+        }
+        if (keel__mutant != KEEL_MUT_NO_SYNC_BEFORE_HEADER &&
+            (rc = sync_file(st)))
+            return rc;
+        for (size_t j = 0; j < st->pend_n; j++)
+            KEEL_STORE_RELAXED(keel__store_mark(st, st->pend_list[j]), E + 1);
+        if ((rc = sync_file(st)))
+            return rc;
+        w->epoch = E + 1;
+        w->pending_epoch = 0;
+        w->deleted = st->committed.deleted + st->pend_n;
+        w->sequence = seq + 2;
+        if ((rc = write_header(st, w, 1 - copy)) || (rc = sync_file(st)))
+            return rc;
+        st->newest_copy = 1 - copy;
+        st->newest_seq = seq + 2;
+        KEEL_STORE_RELEASE(&st->epoch_now, E + 1);
+        /* The marks are durable and E covers them: the pending bits can go.
+         * Searches read a bit before the epoch, so none sees neither. */
+        for (size_t j = 0; j < st->pend_n; j++) {
+            uint64_t i;
+            uint32_t k = keel__slot_segment(&st->g, st->pend_list[j], &i);
+            __atomic_fetch_and(&st->pend_bits[k][i >> 6],
+                               ~((uint64_t)1 << (i & 63)), __ATOMIC_RELEASE);
+        }
+        st->pend_n = 0;
+    }
+    st->committed = *w;
+    KEEL_STORE_RELAXED(&st->pub_sequence, w->sequence);
+    KEEL_STORE_RELAXED(&st->pub_deleted, w->deleted);
+    KEEL_STORE_RELAXED(&st->pub_next_id, w->next_id);
+    keel__undo_end(st);
+    return KEEL_OK;
+}
+
+int
+keel__store_set_superseded(keel_store *st, int on)
+{
+    if (on)
+        st->work.flags |= KEEL_FLAG_SUPERSEDED;
+    else
+        st->work.flags &= (uint8_t)~KEEL_FLAG_SUPERSEDED;
+    return keel__store_commit(st);
+}
+
+/* --- opening ----------------------------------------------------------- */
+
+/* Reads both copies; picks the newest valid. *which gets 0 (A) or 1 (B).
+** Returns KEEL_OK, or the most telling failure with a message. */
+static int
+read_headers(int fd, const char *path, uint64_t file_len, keel_header *out,
+             int *which, int *fresh)
+{
+    uint8_t *buf = keel__malloc(2 * (size_t)KEEL_PAGE_SLOT);
+    keel_header *h = keel__malloc(2 * sizeof *h);
+    if (!buf || !h) {
+        keel__free(buf);
+        keel__free(h);
+        return KEEL_ENOMEM;
+    }
+    memset(buf, 0, 2 * (size_t)KEEL_PAGE_SLOT);
+    ssize_t n = keel__os->pread(fd, buf, 2 * (size_t)KEEL_PAGE_SLOT, 0);
+    int rc;
+    if (n < 0) {
+        rc = io_fail((int)n, "reading the header of", path);
+        goto out;
+    }
+    char why[2][160];
+    int r[2];
+    for (int c = 0; c < 2; c++)
+        r[c] = keel__header_decode(buf + c * KEEL_PAGE_SLOT, file_len, &h[c],
+                                   why[c], sizeof why[c]);
+    *fresh = 0;
+    /* A copy that a newer keel wrote means the file is that keel's now:
+     * opening the older copy would silently go back in time. */
+    if (r[0] == KEEL_EVERSION || r[1] == KEEL_EVERSION) {
+        rc = keel__fail(KEEL_EVERSION,
+                        "%s was written by a newer keel (%s)\n"
+                        "help: open it with a newer keel", path,
+                        r[0] == KEEL_EVERSION ? why[0] : why[1]);
+        goto out;
+    }
+    /* A copy keel wrote whole (its checksum matches) that describes
+     * something this file does not hold means the file was cut short or
+     * damaged: opening the other, older copy would silently lose commits. */
+    for (int c = 0; c < 2; c++)
+        if (r[c] == KEEL_ECORRUPT && h[c].checksum_ok) {
+            rc = KEEL_CORRUPT("%s: header copy %c: %s", path, "AB"[c], why[c]);
+            goto out;
+        }
+    if (r[0] == KEEL_OK && r[1] == KEEL_OK) {
+        if (h[0].sequence == h[1].sequence) {
+            rc = KEEL_CORRUPT("%s holds two header copies with sequence %llu",
+                              path, (unsigned long long)h[0].sequence);
+            goto out;
+        }
+        *which = h[1].sequence > h[0].sequence;
+    } else if (r[0] == KEEL_OK || r[1] == KEEL_OK) {
+        *which = r[1] == KEEL_OK;
+    } else {
+        /* No valid copy. A creation cut short leaves a short file whose
+         * copies are zero or start with the magic. */
+        int blank = file_len <= KEEL_DATA_OFF;
+        for (int c = 0; c < 2 && blank; c++) {
+            const uint8_t *p = buf + c * KEEL_PAGE_SLOT;
+            int zero = 1;
+            for (size_t j = 0; j < 4096 && zero; j++)
+                zero = p[j] == 0;
+            blank = zero || memcmp(p, KEEL_MAGIC, 8) == 0;
+        }
+        if (blank) {
+            *fresh = 1;
+            rc = KEEL_OK;
+        } else if (r[0] == KEEL_ENOTINDEX && r[1] == KEEL_ENOTINDEX) {
+            rc = keel__fail(KEEL_ENOTINDEX,
+                            "%s is not a keel index (no keel header)\n"
+                            "help: give the path of an index, or a path where "
+                            "none exists yet to create one", path);
+        } else {
+            rc = KEEL_CORRUPT("%s has no valid header: %s; %s", path,
+                              why[0], why[1]);
+        }
+        goto out;
+    }
+    *out = h[*which];
+    rc = KEEL_OK;
+out:
+    keel__free(buf);
+    keel__free(h);
+    return rc;
+}
+
+static keel_store *
+store_new(int fd, const char *path, int writer)
+{
+    keel_store *st = keel__calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->fd = fd;
+    st->writer = writer;
+    st->path = strdup(path);
+    st->hdr_buf = writer ? keel__malloc(KEEL_PAGE_SLOT) : NULL;
+    if (!st->path || (writer && !st->hdr_buf)) {
+        free(st->path);
+        keel__free(st->hdr_buf);
+        keel__free(st);
+        keel__fail(KEEL_ENOMEM, "out of memory\nhelp: free memory");
+        return NULL;
+    }
+    pthread_mutex_init(&st->snap_lock, NULL);
+    pthread_mutex_init(&st->undo_lock, NULL);
+    st->undo_fd = -1;
+    return st;
+}
+
+void
+keel__store_close(keel_store *st)
+{
+    if (!st)
+        return;
+    for (uint32_t k = 0; k < st->nseg; k++)
+        if (st->seg[k].base)
+            keel__os->unmap(st->seg[k].base, (size_t)st->seg[k].bytes);
+    for (uint32_t c = 0; c < st->nheap; c++)
+        if (st->heap[c].base)
+            keel__os->unmap(st->heap[c].base, (size_t)st->heap[c].bytes);
+    for (uint32_t t = 0; t < st->nidtabs; t++)
+        keel__os->unmap(st->idtabs[t].tab, (size_t)(4ull << st->idtabs[t].log2));
+    for (size_t r = 0; r < st->nretired; r++)
+        keel__os->unmap(st->retired[r].addr, st->retired[r].len);
+    keel__free(st->retired);
+    if (st->pages)
+        keel__os->unmap(st->pages, KEEL_DATA_OFF);
+    if (st->live)
+        keel__os->unmap(st->live, KEEL_PAGE_SLOT);
+    for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++) {
+        keel__free(st->pend_bits[k]);
+        keel__free(st->saved_bits[k]);
+        keel__free(st->journal_bits[k]);
+    }
+    /* An unflushed writer leaves its undo log for the next open. */
+    if (st->undo_fd >= 0)
+        keel__os->close(st->undo_fd);
+    keel__free(st->undo_saved);
+    keel__free(st->undo_buf);
+    keel__free(st->undo_path);
+    keel__free(st->undo_for);
+    keel__free(st->hdr_buf);
+    pthread_mutex_destroy(&st->undo_lock);
+    keel__free(st->pend_list);
+    if (st->fd >= 0)
+        keel__os->close(st->fd);
+    pthread_mutex_destroy(&st->snap_lock);
+    free(st->path);
+    keel__free(st);
+}
+
+/* Keeps an old mapping alive until close (invariant 9). The list grows as
+** long as memory lasts: a reader follows any number of writer restarts. */
+static int
+retire(keel_store *st, void *addr, uint64_t len)
+{
+    if (st->nretired == st->retired_cap) {
+        size_t cap = st->retired_cap ? 2 * st->retired_cap : 16;
+        struct keel_retired *r = keel__realloc(st->retired, cap * sizeof *r);
+        if (!r)
+            return KEEL_ENOMEM;
+        st->retired = r;
+        st->retired_cap = cap;
+    }
+    st->retired[st->nretired].addr = addr;
+    st->retired[st->nretired++].len = (size_t)len;
+    return KEEL_OK;
+}
+
+/* Maps segment k at off, replacing a mapping of an uncommitted region that
+** a restarted writer placed elsewhere. */
+static int
+map_segment_at(keel_store *st, uint32_t k, uint64_t off)
+{
+    if (k < st->nseg && st->seg[k].off == off)
+        return KEEL_OK;
+    if (k > st->nseg)
+        return KEEL_CORRUPT("%s: segment %u listed before segment %u",
+                            st->path, k, st->nseg);
+    keel_seg_layout L;
+    keel__seg_layout(&st->g, k, &L);
+    uint8_t *base;
+    int rc = map_region(st, off, L.bytes, &base);
+    if (rc)
+        return rc;
+    if (k < st->nseg) {
+        if ((rc = retire(st, st->seg[k].base, st->seg[k].bytes))) {
+            keel__os->unmap(base, (size_t)L.bytes);
+            return rc;
+        }
+        seg_set(&st->seg[k], &st->g, k, base, off);
+        return KEEL_OK;
+    }
+    seg_set(&st->seg[k], &st->g, k, base, off);
+    st->seg_slots += L.slots;
+    KEEL_STORE_RELEASE(&st->nseg, k + 1);
+    return KEEL_OK;
+}
+
+static int
+map_chunk_at(keel_store *st, uint32_t c, uint64_t off)
+{
+    if (c < st->nheap && st->heap[c].off == off)
+        return KEEL_OK;
+    if (c > st->nheap)
+        return KEEL_CORRUPT("%s: heap chunk %u listed before chunk %u",
+                            st->path, c, st->nheap);
+    uint64_t bytes = keel__heap_chunk_bytes(&st->g, c);
+    uint8_t *base;
+    int rc = map_region(st, off, bytes, &base);
+    if (rc)
+        return rc;
+    if (c < st->nheap && (rc = retire(st, st->heap[c].base, st->heap[c].bytes))) {
+        keel__os->unmap(base, (size_t)bytes);
+        return rc;
+    }
+    st->heap[c].off = off;
+    st->heap[c].bytes = bytes;
+    KEEL_STORE_RELAXED(&st->heap[c].base, base);
+    if (c >= st->nheap)
+        KEEL_STORE_RELEASE(&st->nheap, c + 1);
+    return KEEL_OK;
+}
+
+/* Maps every region header h counts (writer: read-write). */
+static int
+map_committed(keel_store *st, const keel_header *h)
+{
+    int rc;
+    for (uint32_t k = 0; k < h->segments; k++)
+        if ((rc = map_segment_at(st, k, h->seg_off[k])))
+            return rc;
+    for (uint32_t c = 0; c < h->heap_chunks; c++)
+        if ((rc = map_chunk_at(st, c, h->heap_off[c])))
+            return rc;
+    if (h->idtab_offset &&
+        (!st->nidtabs || st->idtabs[st->nidtabs - 1].off != h->idtab_offset)) {
+        if (st->nidtabs >= KEEL_MAX_IDTABS)
+            return KEEL_CORRUPT("%s changed its id table too often", st->path);
+        uint8_t *base;
+        rc = map_region(st, h->idtab_offset, 4ull << h->idtab_log2, &base);
+        if (rc)
+            return rc;
+        keel_idtab *t = &st->idtabs[st->nidtabs];
+        t->tab = (uint32_t *)(void *)base;
+        t->off = h->idtab_offset;
+        t->log2 = h->idtab_log2;
+        KEEL_STORE_RELEASE(&st->nidtabs, st->nidtabs + 1);
+    }
+    return KEEL_OK;
+}
+
+static int
+map_pages(keel_store *st)
+{
+    void *p;
+    int err = keel__os->map(st->fd, 0, KEEL_DATA_OFF, 0, &p);
+    if (err)
+        return io_fail(err, "mapping the header of", st->path);
+    st->pages = p;
+    if (st->writer) {
+        err = keel__os->map(st->fd, KEEL_LIVE_OFF, KEEL_PAGE_SLOT, 1, &p);
+        if (err)
+            return io_fail(err, "mapping the live page of", st->path);
+        st->live = p;
+    }
+    return KEEL_OK;
+}
+
+/* Writes a new, empty index into fd (length <= KEEL_DATA_OFF). */
+static int
+init_file(keel_store *st, const keel_store_params *p)
+{
+    keel_header *h = &st->work;
+    keel__header_new(h, p->dim, p->M ? p->M : 16, p->metric, p->precision);
+    memcpy(h->identity, p->identity, KEEL_IDENTITY_BYTES);
+    int err = 0;
+    if (!keel__identity_present(h->identity) &&
+        (err = keel__os->random(h->identity, KEEL_IDENTITY_BYTES)))
+        return io_fail(err, "making an identity for", st->path);
+    err = keel__os->truncate(st->fd, KEEL_DATA_OFF);
+    if (!err)
+        err = keel__os->allocate(st->fd, 0, KEEL_DATA_OFF);
+    if (err)
+        return io_fail(err, "creating", st->path);
+    uint8_t *zero = keel__calloc(1, KEEL_PAGE_SLOT);
+    if (!zero)
+        return KEEL_ENOMEM;
+    ssize_t n = keel__os->pwrite(st->fd, zero, KEEL_PAGE_SLOT, KEEL_LIVE_OFF);
+    keel__free(zero);
+    if (n < 0)
+        return io_fail((int)n, "creating", st->path);
+    h->sequence = 0;
+    int rc = write_header(st, h, 1);
+    h->sequence = 1;
+    if (!rc)
+        rc = write_header(st, h, 0);
+    if (!rc)
+        rc = sync_file(st);
+    if (rc)
+        return rc;
+    char *dir = st->memory ? NULL : strdup(st->path);
+    if (dir) {
+        char *slash = strrchr(dir, '/');
+        if (slash == dir)
+            slash[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        else
+            strcpy(dir, ".");
+        err = keel__os->sync_dir(dir);
+        free(dir);
+        if (err)
+            return poison(st, err, "syncing the directory of");
+    }
+    st->newest_copy = 0;
+    st->file_len = KEEL_DATA_OFF;
+    return KEEL_OK;
+}
+
+/* Recovery rule (6): undo the marks of an interrupted delete flush. */
+static int
+recover_intent(keel_store *st)
+{
+    keel_header *h = &st->work;
+    for (uint64_t s = 0; s < h->count; s++) {
+        uint64_t *m = keel__store_mark(st, s);
+        if (KEEL_LOAD_RELAXED(m) > h->epoch &&
+            keel__mutant != KEEL_MUT_RECOVERY_KEEPS_MARKS)
+            KEEL_STORE_RELAXED(m, (uint64_t)0);
+    }
+    int rc = sync_file(st);
+    if (rc)
+        return rc;
+    h->pending_epoch = 0;
+    h->sequence++;
+    int copy = 1 - st->newest_copy;
+    if ((rc = write_header(st, h, copy)) || (rc = sync_file(st)))
+        return rc;
+    st->newest_copy = copy;
+    return KEEL_OK;
+}
+
+static void
+live_reset(keel_store *st)
+{
+    uint64_t *gen = (uint64_t *)(void *)(st->live + LO_GENERATION);
+    KEEL_STORE_RELAXED(gen, KEEL_LOAD_RELAXED(gen) + 1);
+    KEEL_STORE_RELEASE((uint64_t *)(void *)(st->live + LO_ROUTING),
+                       st->work.count);
+    live_put_regions(st);
+}
+
+static int
+check_params(keel_store *st, const keel_store_params *p)
+{
+    const keel_header *h = &st->work;
+    static const char *metrics[] = {"l2", "cosine", "ip"};
+    static const char *precisions[] = {"f32", "f16"};
+    if (p->dim && p->dim != h->dim)
+        return keel__fail(KEEL_EDIM,
+                          "the index at %s holds vectors of %u dimensions, "
+                          "not %u\nhelp: open it with dimensions %u (or 0 to "
+                          "take them from the file), or create a new index at "
+                          "another path", st->path, h->dim, p->dim, h->dim);
+    if (!p->have_options)
+        return KEEL_OK;
+    if (p->metric != h->metric)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the index at %s was created with metric %s, not %s\n"
+                          "help: open it with metric %s; the metric of a file "
+                          "never changes", st->path, metrics[h->metric],
+                          metrics[p->metric], metrics[h->metric]);
+    if (p->precision != h->precision)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the index at %s was created with precision %s, not "
+                          "%s\nhelp: open it with precision %s", st->path,
+                          precisions[h->precision], precisions[p->precision],
+                          precisions[h->precision]);
+    if (p->M && p->M != h->M)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the index at %s was created with max_connections "
+                          "%u, not %u\nhelp: open it with max_connections %u "
+                          "(or 0 for the file's own)", st->path, h->M, p->M,
+                          h->M);
+    return KEEL_OK;
+}
+
+/* Refuses what is at path because it is not a regular file: a directory is
+** a wrong argument (KEEL_EINVAL); a FIFO, device or socket cannot hold an
+** index (KEEL_ENOTINDEX). Nothing was read from it. */
+int
+keel__not_regular_fail(const char *path, int type)
+{
+    static const char *const what[] = {
+        [KEEL_FILE_REGULAR] = "a regular file",
+        [KEEL_FILE_DIRECTORY] = "a directory",
+        [KEEL_FILE_FIFO] = "a FIFO (named pipe)",
+        [KEEL_FILE_CHAR_DEVICE] = "a character device",
+        [KEEL_FILE_BLOCK_DEVICE] = "a block device",
+        [KEEL_FILE_SOCKET] = "a socket",
+        [KEEL_FILE_OTHER] = "not a regular file",
+    };
+    if (type == KEEL_FILE_DIRECTORY)
+        return keel__fail(KEEL_EINVAL,
+                          "%s is a directory\nhelp: give the path of an index "
+                          "file, such as %s/vectors.keel", path, path);
+    if (type < 0 || type > KEEL_FILE_OTHER)
+        type = KEEL_FILE_OTHER;
+    return keel__fail(KEEL_ENOTINDEX,
+                      "%s is %s, not an index file\nhelp: an index is a "
+                      "regular file; give the path of an index, or of a new "
+                      "file for keel to create", path, what[type]);
+}
+
+static int
+open_fail_errno(int err, const char *path)
+{
+    if (err == -ENOENT)
+        return keel__fail(KEEL_ENOTFOUND,
+                          "there is no index at %s\n"
+                          "help: check the path; opening it as a writer creates "
+                          "the index, a reader needs an existing one", path);
+    if (err == -EISDIR)
+        return keel__fail(KEEL_EINVAL,
+                          "%s is a directory\nhelp: give the path of an index "
+                          "file, such as %s/vectors.keel", path, path);
+    return io_fail(err, "opening", path);
+}
+
+int
+keel__store_open_writer(const char *path, const keel_store_params *p,
+                        keel_store **out)
+{
+    int fd = -1, created = 0, rc;
+    keel_file_info pre;
+    if (keel__is_memory(path)) { /* a new file with no name: nothing to
+                                  * lock, nothing to recover */
+        if ((fd = keel__os->memfd("keel:memory")) < 0)
+            return io_fail(fd, "creating the file", path);
+        created = 1;
+        goto opened;
+    }
+    /* Refuse a FIFO, device or socket before opening it: opening a device
+     * for writing can itself do something. The fstat below still decides. */
+    if (keel__os->stat_path(path, &pre) == 0 && !pre.is_regular &&
+        pre.type != KEEL_FILE_DIRECTORY)
+        return keel__not_regular_fail(path, pre.type);
+    for (int attempt = 0;; attempt++) {
+        fd = keel__os->open(path, KEEL_OPEN_WRITE);
+        if (fd == -ENOENT) {
+            if (!p->dim)
+                return open_fail_errno(-ENOENT, path);
+            fd = keel__os->open(path, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
+            if (fd == -EEXIST && attempt < 5)
+                continue;
+            if (fd == -ENOENT)
+                return keel__fail(KEEL_ENOTFOUND,
+                                  "the directory of %s does not exist\n"
+                                  "help: create the directory first", path);
+            created = fd >= 0;
+        }
+        if (fd < 0)
+            return open_fail_errno(fd, path);
+        int err = keel__os->lock(fd);
+        if (err) {
+            keel__os->close(fd);
+            if (err == -EWOULDBLOCK || err == -EAGAIN)
+                return keel__fail(KEEL_ELOCKED,
+                                  "the index at %s is open for writing "
+                                  "elsewhere, in this process or another\n"
+                                  "help: an index has one writer at a time; "
+                                  "close the other writer, or open a reader "
+                                  "to search while it "
+                                  "writes", path);
+            return io_fail(err, "locking", path);
+        }
+        /* A compaction may have renamed a new file over the path between
+         * our open and our lock: then lock that one instead. */
+        keel_file_info a, b;
+        err = keel__os->stat(fd, &a);
+        if (err) {
+            keel__os->close(fd);
+            return io_fail(err, "checking the file type of", path);
+        }
+        if (keel__os->stat_path(path, &b) == 0 &&
+            (a.dev != b.dev || a.ino != b.ino) && attempt < 5) {
+            keel__os->close(fd);
+            continue;
+        }
+        if (!a.is_regular) {
+            keel__os->close(fd);
+            return keel__not_regular_fail(path, a.type);
+        }
+        break;
+    }
+opened:;
+    keel_store *st = store_new(fd, path, 1);
+    if (!st) {
+        keel__os->close(fd);
+        return KEEL_ENOMEM;
+    }
+    st->memory = created && keel__is_memory(path);
+    keel_file_info fi;
+    int err = keel__os->stat(fd, &fi);
+    if (err) {
+        rc = io_fail(err, "reading the size of", path);
+        goto fail;
+    }
+    st->file_len = fi.size;
+    int fresh = 1, which = 0;
+    if (!created && fi.size > 0) {
+        rc = read_headers(fd, path, fi.size, &st->work, &which, &fresh);
+        if (rc)
+            goto fail;
+    }
+    if (fresh) {
+        if (!p->dim) {
+            rc = keel__fail(KEEL_EINVAL,
+                            "%s holds no index yet and dimensions is 0\n"
+                            "help: give the vectors' dimensions to create it",
+                            path);
+            goto fail;
+        }
+        if ((rc = init_file(st, p)))
+            goto fail;
+    } else {
+        st->newest_copy = which;
+        if (st->work.write_version > KEEL_FORMAT_VERSION) {
+            rc = keel__fail(KEEL_EVERSION,
+                            "%s was written by a newer keel (write version "
+                            "%u)\nhelp: open it as a reader to "
+                            "search it, or write it with a newer keel", path,
+                            st->work.write_version);
+            goto fail;
+        }
+        if ((rc = check_params(st, p)))
+            goto fail;
+    }
+    keel__geometry_init(&st->g, &st->work);
+    st->metric = st->work.metric;
+    st->precision = st->work.precision;
+    if ((rc = map_pages(st)) || (rc = map_committed(st, &st->work)))
+        goto fail;
+    if (st->work.pending_epoch && (rc = recover_intent(st)))
+        goto fail;
+    if ((rc = keel__undo_recover(st)))
+        goto fail;
+    st->committed = st->work;
+    st->newest_seq = st->work.sequence;
+    st->pub_deleted = st->work.deleted;
+    st->pub_next_id = st->work.next_id;
+    st->pub_sequence = st->work.sequence;
+    st->nslots = st->next_slot = st->work.count;
+    st->epoch_now = st->work.epoch;
+    st->entry_packed = (uint64_t)st->work.max_level << 32 | st->work.entry;
+    /* Disk space below N is written, so reserved. */
+    for (uint32_t k = 0; k < st->nseg; k++) {
+        uint64_t first = keel__seg_first_slot(&st->g, k);
+        st->seg[k].reserved = st->work.count > first
+            ? KEEL_MIN(st->work.count - first, st->seg[k].slots) : 0;
+    }
+    uint32_t hc = (uint32_t)(st->work.heap_used >> 32);
+    for (uint32_t c = 0; c < st->nheap; c++)
+        st->heap[c].reserved = c < hc ? st->heap[c].bytes
+                             : c == hc ? (st->work.heap_used & 0xFFFFFFFFu) : 0;
+    live_reset(st);
+    *out = st;
+    return KEEL_OK;
+fail:
+    keel__store_close(st);
+    return rc;
+}
+
+/* --- readers ----------------------------------------------------------- */
+
+static void
+snap_words(const keel_store *st, uint64_t w[4])
+{
+    const uint64_t *a = (const uint64_t *)(const void *)st->pages;
+    const uint64_t *b = (const uint64_t *)(const void *)(st->pages + KEEL_HDR_B_OFF);
+    w[0] = KEEL_LOAD_ACQUIRE(&a[HO_SEQUENCE / 8]);
+    w[1] = KEEL_LOAD_ACQUIRE(&a[HO_CHECKSUM / 8]);
+    w[2] = KEEL_LOAD_ACQUIRE(&b[HO_SEQUENCE / 8]);
+    w[3] = KEEL_LOAD_ACQUIRE(&b[HO_CHECKSUM / 8]);
+}
+
+/* Copies a header copy out of the shared mapping word by word (a writer may
+** be rewriting it) and decodes the copy. */
+static int
+decode_shared(const keel_store *st, int c, uint64_t file_len, uint8_t *buf,
+              keel_header *h)
+{
+    const uint64_t *src = (const uint64_t *)(const void *)(st->pages + c * KEEL_PAGE_SLOT);
+    uint64_t *dst = (uint64_t *)(void *)buf;
+    uint32_t len = (uint32_t)(KEEL_LOAD_RELAXED(&src[HO_LENGTH / 8]) & 0xFFFFFFFFu);
+    if (len > KEEL_PAGE_SLOT)
+        len = KEEL_PAGE_SLOT;
+    memset(buf, 0, KEEL_PAGE_SLOT);
+    for (uint32_t j = 0; j < (len + 7) / 8; j++)
+        dst[j] = KEEL_LOAD_RELAXED(&src[j]);
+    return keel__header_decode(buf, file_len, h, NULL, 0);
+}
+
+/* Takes the newest valid header into st->snap. Called with snap_lock held. */
+static int
+refresh_snapshot(keel_store *st)
+{
+    uint64_t w[4];
+    snap_words(st, w);
+    /* Fast path: neither copy's sequence or checksum word moved since both
+     * verified. A copy that failed is checked again every time (a torn
+     * write may be finished, or a damaged copy mended, in place). */
+    if (st->snap.sequence && st->snap_both_valid &&
+        memcmp(w, st->snap_words, sizeof w) == 0)
+        return KEEL_OK;
+    keel_file_info fi;
+    int err = keel__os->stat(st->fd, &fi);
+    if (err)
+        return io_fail(err, "reading the size of", st->path);
+    uint8_t *buf = keel__malloc(KEEL_PAGE_SLOT);
+    keel_header *h = keel__malloc(sizeof *h);
+    int rc = KEEL_OK;
+    if (!buf || !h) {
+        rc = KEEL_ENOMEM;
+        goto out;
+    }
+    int best = -1, valid = 0;
+    uint64_t best_seq = 0;
+    for (int tries = 0; tries < 100 && best < 0; tries++) {
+        snap_words(st, w);
+        valid = 0;
+        for (int c = 0; c < 2; c++) {
+            int r = decode_shared(st, c, fi.size, buf, h);
+            if (r == KEEL_EVERSION) {
+                rc = keel__fail(KEEL_EVERSION,
+                                "%s was rewritten by a newer keel\n"
+                                "help: open it with a newer keel", st->path);
+                goto out;
+            }
+            if (r != KEEL_OK)
+                continue;
+            valid++;
+            if (best < 0 || h->sequence > best_seq) {
+                best = c;
+                best_seq = h->sequence;
+            }
+        }
+    }
+    if (best < 0) {
+        if (!st->snap.sequence)
+            rc = KEEL_CORRUPT("%s has no valid header", st->path);
+        goto out; /* keep the snapshot in use */
+    }
+    if (best_seq < st->snap.sequence)
+        goto out; /* never go back to an older commit */
+    decode_shared(st, best, fi.size, buf, h);
+    if (h->dim != st->g.dim || h->M != st->g.M || h->metric != st->metric ||
+        h->precision != st->precision ||
+        memcmp(h->identity, st->identity, KEEL_IDENTITY_BYTES) != 0) {
+        rc = KEEL_CORRUPT("%s changed its geometry under a reader", st->path);
+        goto out;
+    }
+    if ((rc = map_committed(st, h)))
+        goto out;
+    memcpy(st->snap_words, w, sizeof w);
+    st->snap_both_valid = valid == 2;
+    st->snap = *h;
+    KEEL_STORE_RELEASE(&st->snap_flags, (unsigned)h->flags);
+out:
+    keel__free(buf);
+    keel__free(h);
+    return rc;
+}
+
+/* Maps segments the writer added since its last commit, as the live page
+** lists them, so searches can route through unflushed nodes. */
+static void
+refresh_live(keel_store *st)
+{
+    const uint8_t *lp = st->pages + KEEL_LIVE_OFF;
+    uint64_t gen = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(lp + LO_GENERATION));
+    uint32_t ns = KEEL_LOAD_ACQUIRE((const uint32_t *)(const void *)(lp + LO_SEGMENTS));
+    uint32_t nh = KEEL_LOAD_ACQUIRE((const uint32_t *)(const void *)(lp + LO_HEAP_CHUNKS));
+    if (gen == st->live_gen && ns == st->live_nseg && nh == st->live_nheap)
+        return;
+    keel_file_info fi;
+    if (keel__os->stat(st->fd, &fi) != 0)
+        return; /* looked at again by the next view */
+    int whole = 1;
+    const uint64_t *segs = (const uint64_t *)(const void *)(lp + LO_SEG_TABLE);
+    const uint64_t *chunks = (const uint64_t *)(const void *)(lp + LO_HEAP_TABLE);
+    for (uint32_t k = st->snap.segments; k < ns && k < KEEL_MAX_SEGMENTS; k++) {
+        keel_seg_layout L;
+        keel__seg_layout(&st->g, k, &L);
+        uint64_t off = KEEL_LOAD_RELAXED(&segs[k]);
+        if (off % KEEL_REGION_ALIGN || off < KEEL_DATA_OFF ||
+            off > fi.size || L.bytes > fi.size - off ||
+            map_segment_at(st, k, off) != KEEL_OK) {
+            whole = 0;
+            break;
+        }
+    }
+    for (uint32_t c = st->snap.heap_chunks; c < nh && c < KEEL_MAX_HEAP_CHUNKS; c++) {
+        uint64_t bytes = keel__heap_chunk_bytes(&st->g, c);
+        uint64_t off = KEEL_LOAD_RELAXED(&chunks[c]);
+        if (off % KEEL_REGION_ALIGN || off < KEEL_DATA_OFF ||
+            off > fi.size || bytes > fi.size - off ||
+            map_chunk_at(st, c, off) != KEEL_OK) {
+            whole = 0;
+            break;
+        }
+    }
+    /* What could not be mapped (a writer between writing an offset and
+     * growing the file, or no memory) is tried again by the next view. */
+    if (whole) {
+        st->live_gen = gen;
+        st->live_nseg = ns;
+        st->live_nheap = nh;
+    }
+    keel__clear_error();
+}
+
+int
+keel__store_open_reader(const char *path, keel_store **out)
+{
+    keel_file_info pre;
+    if (keel__os->stat_path(path, &pre) == 0 && !pre.is_regular)
+        return keel__not_regular_fail(path, pre.type);
+    int fd = keel__os->open(path, KEEL_OPEN_READ);
+    if (fd < 0)
+        return open_fail_errno(fd, path);
+    keel_store *st = store_new(fd, path, 0);
+    if (!st) {
+        keel__os->close(fd);
+        return KEEL_ENOMEM;
+    }
+    keel_file_info fi;
+    int rc, err = keel__os->stat(fd, &fi);
+    if (err) {
+        rc = io_fail(err, "reading the size of", path);
+        goto fail;
+    }
+    if (!fi.is_regular) {
+        rc = keel__not_regular_fail(path, fi.type);
+        goto fail;
+    }
+    int which, fresh;
+    if ((rc = read_headers(fd, path, fi.size, &st->snap, &which, &fresh)))
+        goto fail;
+    if (fresh) {
+        rc = keel__fail(KEEL_ENOTINDEX,
+                        "%s is not a keel index yet (its creation did not "
+                        "finish)\nhelp: open it as a writer to create it",
+                        path);
+        goto fail;
+    }
+    keel__geometry_init(&st->g, &st->snap);
+    st->metric = st->snap.metric;
+    st->precision = st->snap.precision;
+    memcpy(st->identity, st->snap.identity, KEEL_IDENTITY_BYTES);
+    st->snap.sequence = 0; /* take the snapshot through the mapping */
+    if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
+        goto fail;
+    *out = st;
+    return KEEL_OK;
+fail:
+    keel__store_close(st);
+    return rc;
+}
+
+static int reader_view_locked(keel_store *st, keel_view *v);
+
+int
+keel__store_view(keel_store *st, keel_view *v)
+{
+    memset(v, 0, sizeof *v);
+    v->st = st;
+    if (st->writer) {
+        /* The entry point before the count: an entry point published after
+         * its slot is then always below the count read here. */
+        keel__store_entry(st, &v->entry, &v->max_level);
+        v->limit = v->count = KEEL_LOAD_ACQUIRE(&st->nslots);
+        v->epoch = KEEL_LOAD_ACQUIRE(&st->epoch_now);
+        v->deleted = KEEL_LOAD_RELAXED(&st->pub_deleted);
+        v->next_id = KEEL_LOAD_RELAXED(&st->pub_next_id);
+        v->sequence = KEEL_LOAD_RELAXED(&st->pub_sequence);
+        uint32_t nt = KEEL_LOAD_ACQUIRE(&st->nidtabs);
+        v->idtab = nt ? &st->idtabs[nt - 1] : NULL;
+        return KEEL_OK;
+    }
+    pthread_mutex_lock(&st->snap_lock);
+    int rc = reader_view_locked(st, v);
+    pthread_mutex_unlock(&st->snap_lock);
+    return rc;
+}
+
+/* A reader's view, with snap_lock held. */
+static int
+reader_view_locked(keel_store *st, keel_view *v)
+{
+    memset(v, 0, sizeof *v);
+    v->st = st;
+    int rc = refresh_snapshot(st);
+    if (rc == KEEL_OK) {
+        refresh_live(st);
+        const keel_header *h = &st->snap;
+        v->count = h->count;
+        v->epoch = h->epoch;
+        v->entry = h->entry;
+        v->max_level = h->max_level;
+        v->deleted = h->deleted;
+        v->next_id = h->next_id;
+        v->sequence = h->sequence;
+        v->heap_used = h->heap_used;
+        uint64_t r = KEEL_LOAD_ACQUIRE(
+            (const uint64_t *)(const void *)(st->pages + KEEL_LIVE_OFF + LO_ROUTING));
+        v->limit = KEEL_MAX(v->count, KEEL_MIN(r, st->seg_slots));
+        v->idtab = NULL;
+        for (uint32_t t = st->nidtabs; t-- > 0;)
+            if (st->idtabs[t].off == h->idtab_offset) {
+                v->idtab = &st->idtabs[t];
+                break;
+            }
+    }
+    return rc;
+}
+
+int
+keel__store_snapshot(keel_store *st, keel_view *v, keel_header *out)
+{
+    if (st->writer) {
+        int rc = keel__store_view(st, v);
+        *out = st->committed;
+        return rc;
+    }
+    pthread_mutex_lock(&st->snap_lock);
+    int rc = reader_view_locked(st, v);
+    if (rc == KEEL_OK)
+        *out = st->snap;
+    pthread_mutex_unlock(&st->snap_lock);
+    return rc;
+}
+
+const uint8_t *
+keel__store_identity(const keel_store *st)
+{
+    /* A reader's snapshots all carry the identity it opened with (a header
+     * that says otherwise is refused as a change of geometry). */
+    return st->writer ? st->committed.identity : st->identity;
+}
+
+int
+keel__store_superseded(const keel_store *st)
+{
+    return (st->writer ? st->committed.flags
+                       : KEEL_LOAD_ACQUIRE(&st->snap_flags)) &
+           KEEL_FLAG_SUPERSEDED;
+}
+
+/* Writer: makes room for n more deletes of these slots (keel_delete_batch),
+** so that keel__store_delete of each of them cannot fail: all or none. */
+int
+keel__store_delete_prepare(keel_store *st, const uint64_t *slots, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slots[j], &i);
+        if (st->pend_bits[k])
+            continue;
+        uint64_t *bits = keel__calloc((size_t)((st->seg[k].slots + 63) / 64), 8);
+        if (!bits)
+            return KEEL_ENOMEM;
+        KEEL_STORE_RELEASE(&st->pend_bits[k], bits);
+    }
+    if (st->pend_cap - st->pend_n < n) {
+        size_t cap = st->pend_cap ? st->pend_cap : 256;
+        while (cap - st->pend_n < n)
+            cap *= 2;
+        uint32_t *l = keel__realloc(st->pend_list, cap * sizeof *l);
+        if (!l)
+            return KEEL_ENOMEM;
+        st->pend_list = l;
+        st->pend_cap = cap;
+    }
+    return KEEL_OK;
+}

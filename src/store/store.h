@@ -1,0 +1,345 @@
+/* store.h -- the index file: opening, regions, slots, the heap, the id
+** table, commits, recovery and snapshots.
+**
+** The store knows bytes and places, not graphs: graph.c and search.c reach
+** slots, vectors and neighbour lists only through the accessors below, which
+** keep every address inside a mapped region. The store never calls into the
+** graph. Writers serialize calls that change the store (the api layer holds
+** the write mutex); accessors may be called by any number of searches at the
+** same time as one writer.
+*/
+#ifndef KEEL_STORE_H
+#define KEEL_STORE_H
+
+#include <pthread.h>
+
+#include "store/format.h"
+#include "os/os.h"
+
+typedef struct keel_segment {
+    uint8_t *base;        /* the mapping; NULL if not mapped */
+    uint8_t *hdrs;        /* slot headers: 16 bytes per slot */
+    uint8_t *vecs;        /* vectors */
+    uint8_t *recs;        /* level-0 records */
+    uint64_t off, bytes;  /* place in the file */
+    uint64_t slots;       /* capacity */
+    uint64_t reserved;    /* writer: slots whose disk space is allocated */
+} keel_segment;
+
+typedef struct keel_chunk {
+    uint8_t *base;
+    uint64_t off, bytes;
+    uint64_t reserved;    /* writer: bytes whose disk space is allocated */
+} keel_chunk;
+
+typedef struct keel_idtab {
+    uint32_t *tab;        /* mapped table */
+    uint64_t off;
+    uint32_t log2;
+} keel_idtab;
+
+#define KEEL_MAX_IDTABS 40
+
+typedef struct keel_store {
+    int fd;
+    int writer;               /* 1 for the writer */
+    int memory;               /* 1: an index in memory (":memory:"): no
+                               * name on disk, no undo log, no readers */
+    char *path;
+    keel_geometry g;
+    int metric, precision;
+    uint8_t identity[KEEL_IDENTITY_BYTES]; /* reader: of the file it opened */
+    uint8_t *pages;           /* headers + live page, read-only, 192 KiB */
+    uint8_t *live;            /* writer: the live page, writable */
+
+    /* Regions. Entries below the published counts never change while a
+     * search may read them (readers remap only under the handle's
+     * exclusive lock). Counts are published with release ordering. */
+    keel_segment seg[KEEL_MAX_SEGMENTS];
+    keel_chunk heap[KEEL_MAX_HEAP_CHUNKS];
+    uint32_t nseg, nheap;     /* mapped, published */
+    uint64_t seg_slots;       /* slots covered by the first nseg segments */
+    keel_idtab idtabs[KEEL_MAX_IDTABS]; /* every table mapped; last = current */
+    uint32_t nidtabs;
+    uint64_t idtab_covers;    /* writer: slots below this are in the table */
+    bool idtab_clean;         /* writer: the current table has no stale
+                               * entries (this writer built it, and no slot
+                               * it holds was given back since) */
+    uint64_t huge_advised;    /* slots whose vectors had huge-page advice */
+    /* Reader: mappings of uncommitted regions a restarted writer replaced.
+     * They stay mapped until close, so a search that still reads one never
+     * touches unmapped memory. The list grows with every restart seen. */
+    struct keel_retired { void *addr; size_t len; } *retired;
+    size_t nretired, retired_cap;
+
+    /* Writer state (guarded by the handle's write mutex unless noted). */
+    keel_header committed;    /* the last commit */
+    keel_header work;         /* what the next commit will say */
+    int newest_copy;          /* 0: copy A holds the newest valid header */
+    uint64_t newest_seq;      /* its sequence: what the disk says, which a
+                               * failed flush may have moved past committed */
+    int poisoned;             /* a sync failed: no more commits */
+    uint8_t *hdr_buf;         /* writer: KEEL_PAGE_SLOT bytes to encode
+                               * headers in (a flush allocates nothing after
+                               * its intent header) */
+    uint64_t nslots;          /* slots written and linked (atomic) */
+    uint64_t next_slot;       /* slots reserved (written or being written) */
+    uint64_t epoch_now;       /* committed epoch, read by searches (atomic) */
+    uint64_t entry_packed;    /* max_level << 32 | entry (atomic) */
+    uint64_t *pend_bits[KEEL_MAX_SEGMENTS]; /* pending deletes (atomic bits) */
+    uint32_t *pend_list;      /* slots deleted since the last flush */
+    size_t pend_n, pend_cap;
+    uint64_t file_len;        /* current length of the file */
+    /* What a writer's searches and keel_count read while a write changes the
+     * fields above: copies kept with atomic stores. */
+    uint64_t pub_deleted;     /* committed deletes + pending deletes */
+    uint64_t pub_next_id;
+    uint64_t pub_sequence;
+
+    /* Undo log (undo.c), guarded by undo_lock. */
+    pthread_mutex_t undo_lock;
+    int undo_fd;              /* -1 until the first save since a commit */
+    uint64_t undo_end;
+    uint64_t undo_identity;   /* hash of the commit the log undoes to */
+    uint64_t undo_tag;        /* names this log in the live page and its own
+                               * header (0 until the first save) */
+    char *undo_path;          /* absolute path of the log, fixed at open */
+    char *undo_for;           /* the store path undo_path was made for */
+    double undo_synced_at;
+    uint8_t *undo_buf;        /* an entry's bytes (at least the largest) */
+    size_t undo_buf_cap;
+    uint64_t *saved_bits[KEEL_MAX_SEGMENTS]; /* nodes saved (atomic bits) */
+    uint32_t *undo_saved;     /* slots saved since the last commit */
+    size_t undo_saved_n, undo_saved_cap;
+    /* build.c: nodes whose lists an add call has journaled (atomic bits,
+     * all clear between calls), for the segments below the call's first
+     * slot; allocated by the first call that needs them. */
+    uint64_t *journal_bits[KEEL_MAX_SEGMENTS];
+
+    /* Reader state, guarded by snap_lock. */
+    pthread_mutex_t snap_lock;
+    keel_header snap;         /* the snapshot in use (snap.sequence 0: none) */
+    unsigned snap_flags;      /* snap.flags, for readers of it without the
+                               * lock (atomic) */
+    uint64_t snap_words[4];   /* both copies' sequence and checksum words */
+    int snap_both_valid;      /* both copies verified at the last look */
+    uint64_t live_gen;        /* live page generation last looked at */
+    uint32_t live_nseg;       /* live page segment count last looked at */
+    uint32_t live_nheap;
+} keel_store;
+
+/* A consistent view for one search. */
+typedef struct keel_view {
+    const keel_store *st;
+    uint64_t limit;           /* traverse slots below this */
+    uint64_t count;           /* return only slots below this */
+    uint64_t epoch;           /* reader: present iff mark 0 or > epoch */
+    uint32_t entry, max_level;
+    uint64_t deleted, next_id, sequence, heap_used;
+    const keel_idtab *idtab;  /* id table of this view */
+    int as_committed;         /* writer: ignore unflushed deletes */
+    /* Batch linking: slots in [linked_base, limit) are skipped until their
+     * byte in linked[] is set. */
+    const uint8_t *linked;
+    uint64_t linked_base;
+} keel_view;
+
+/* Opening and closing. Options are checked by the api layer; here dim 0
+** means "take it from the file". */
+typedef struct keel_store_params {
+    uint32_t dim, M;
+    int metric, precision;
+    int have_options;         /* 1: metric/precision/M were given */
+    /* A new file's identity (compaction: the old file's); all zero: a new
+     * random one. */
+    uint8_t identity[KEEL_IDENTITY_BYTES];
+} keel_store_params;
+
+int keel__store_open_writer(const char *path, const keel_store_params *p,
+                            keel_store **out);
+int keel__store_open_reader(const char *path, keel_store **out);
+/* Refuses path, which stat found to be of type (enum keel_file_type, not a
+** regular file): KEEL_EINVAL for a directory, KEEL_ENOTINDEX otherwise. */
+int keel__not_regular_fail(const char *path, int type);
+void keel__store_close(keel_store *st);
+
+/* Accessors (hot path). The slot must be below the view's limit. */
+static inline const keel_segment *
+keel__store_seg(const keel_store *st, uint64_t slot, uint64_t *index)
+{
+    uint32_t k = keel__slot_segment(&st->g, slot, index);
+    return &st->seg[k];
+}
+
+static inline const void *
+keel__store_vec(const keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    const keel_segment *s = keel__store_seg(st, slot, &i);
+    return KEEL_LOAD_RELAXED(&s->vecs) + i * st->g.vec_bytes;
+}
+
+/* The level-0 record: head word, then M0 neighbour slots. */
+static inline uint64_t *
+keel__store_rec(const keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    const keel_segment *s = keel__store_seg(st, slot, &i);
+    return (uint64_t *)(void *)(KEEL_LOAD_RELAXED(&s->recs) + i * st->g.rec_bytes);
+}
+
+static inline uint64_t
+keel__store_id(const keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    const keel_segment *s = keel__store_seg(st, slot, &i);
+    return KEEL_LOAD_RELAXED(
+        (const uint64_t *)(const void *)(KEEL_LOAD_RELAXED(&s->hdrs) + i * 16));
+}
+
+static inline uint64_t *
+keel__store_mark(const keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    const keel_segment *s = keel__store_seg(st, slot, &i);
+    return (uint64_t *)(void *)(KEEL_LOAD_RELAXED(&s->hdrs) + i * 16 + 8);
+}
+
+/* Neighbour list of slot at level (level 0: M0 entries, else M), or NULL if
+** the record's heap reference does not point into a mapped chunk (a reader
+** looking at a node it may only route through). */
+uint32_t *keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
+                           uint32_t *len);
+
+/* Whether slot is a live vector in view v. */
+static inline int
+keel__store_present(const keel_view *v, uint64_t slot)
+{
+    const keel_store *st = v->st;
+    if (slot >= v->count)
+        return 0;
+    if (v->deleted == 0)
+        return 1; /* nothing deleted, committed or pending, at this view */
+    uint64_t epoch = v->epoch;
+    if (st->writer && !v->as_committed) {
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&st->g, slot, &i);
+        const uint64_t *bits = KEEL_LOAD_ACQUIRE(&st->pend_bits[k]);
+        if (bits && (KEEL_LOAD_ACQUIRE(&bits[i >> 6]) >> (i & 63) & 1))
+            return 0;
+        epoch = KEEL_LOAD_ACQUIRE(&st->epoch_now);
+    }
+    uint64_t mark = KEEL_LOAD_RELAXED(keel__store_mark(st, slot));
+    return mark == 0 || mark > epoch;
+}
+
+/* Views. A writer's view shows its own unflushed adds and deletes; a reader
+** takes a fresh snapshot of the newest commit (mapping new regions), never
+** older than one it used before. */
+int keel__store_view(keel_store *st, keel_view *out);
+/* Reader: whether the last snapshot said the file was superseded. */
+int keel__store_superseded(const keel_store *st);
+/* Takes a view like keel__store_view and copies the header it stands on
+** into *out, a copy no other thread changes: a reader's fresh snapshot, a
+** writer's last commit (the caller holds the write mutex). */
+int keel__store_snapshot(keel_store *st, keel_view *v, keel_header *out);
+/* The file's identity (writer: its committed header's; reader: the one it
+** opened, which its snapshots keep). */
+const uint8_t *keel__store_identity(const keel_store *st);
+
+/* Writer: slots. Reserves n slots after the last written one (creating
+** segments and allocating disk space); returns the first. The caller
+** writes each slot with keel__store_write_slot, links it, then publishes. */
+int keel__store_reserve(keel_store *st, uint64_t n, uint64_t *first);
+void keel__store_write_slot(keel_store *st, uint64_t slot, uint64_t id,
+                            const void *vec, uint32_t level, uint64_t heap_ref);
+/* Makes slots below n visible to this handle's searches and routing readers. */
+void keel__store_publish(keel_store *st, uint64_t n);
+/* Forgets reserved slots at and after n (a failed batch). */
+void keel__store_unreserve(keel_store *st, uint64_t n);
+
+/* Writer: heap. Allocates an entry for `levels` upper lists (all EMPTY). */
+int keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref);
+/* Saves and restores the heap position (a failed batch). */
+uint64_t keel__store_heap_mark(const keel_store *st);
+void keel__store_heap_reset(keel_store *st, uint64_t mark);
+
+/* Writer: the entry point (also read by searches on this handle). */
+static inline void
+keel__store_entry(const keel_store *st, uint32_t *entry, uint32_t *max_level)
+{
+    uint64_t e = KEEL_LOAD_ACQUIRE(&st->entry_packed);
+    *entry = (uint32_t)e;
+    *max_level = (uint32_t)(e >> 32);
+}
+void keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level);
+
+/* Ids. lookup finds the present slot with this id in view v. */
+int keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot);
+/* Writer: makes room for n_more ids (before writing their slots), then
+** records id -> slot for each written slot; an insert that meets a table
+** clogged by stale entries rebuilds it from the slots. */
+int keel__store_id_reserve(keel_store *st, uint64_t n_more);
+int keel__store_id_insert(keel_store *st, uint64_t id, uint64_t slot);
+uint64_t keel__store_next_id(const keel_store *st);
+void keel__store_note_id(keel_store *st, uint64_t id);
+/* Sets the next automatic id back to next_id (a failed add). */
+void keel__store_forget_ids(keel_store *st, uint64_t next_id);
+
+/* Writer: deletes (hidden at once; durable at commit). */
+int keel__store_delete(keel_store *st, uint64_t slot);
+size_t keel__store_pending_deletes(const keel_store *st);
+/* Room for deleting these n slots, so that deleting each cannot fail. */
+int keel__store_delete_prepare(keel_store *st, const uint64_t *slots, size_t n);
+
+/* Undo log (undo.c). save: call before the first change to the lists of
+** a committed node since the last commit; KEEL_OK once its lists are in the
+** log (*wrote 1 if this call wrote them, 0 if they were saved before),
+** else KEEL_EIO, KEEL_EFULL or KEEL_ENOMEM with a message naming the log
+** (the lists must then stay as they are). mark: where the next entry goes;
+** restore: write back the lists of every entry written since mark (a failed
+** add: committed nodes it saved first hold their committed lists again);
+** a failure to read them poisons the writer. sync: make the log durable.
+** end: drop it after a commit. recover: writer open, after the intent
+** recovery: restore the lists the log the live page names saved, and fix
+** where this writer's log goes. */
+int keel__undo_save(keel_store *st, uint64_t slot, int *wrote);
+int keel__undo_sync(keel_store *st);
+void keel__undo_end(keel_store *st);
+int keel__undo_recover(keel_store *st);
+uint64_t keel__undo_mark(keel_store *st);
+int keel__undo_restore(keel_store *st, uint64_t mark);
+uint64_t keel__undo_identity(const keel_header *h);
+/* Reading a log's bytes (recovery here, backups of a commit elsewhere).
+** log_header: KEEL_OK if buf (size bytes) starts a log of a version this
+** keel reads; *hdr_len, *ident (the commit hash it undoes to) and *tag.
+** log_walk: calls fn for the first intact entry of each slot below count,
+** in log order, stopping at the first torn entry or when fn returns
+** nonzero (which it returns). Entries hold words u32: the level-0 list,
+** then each upper list. */
+int keel__undo_log_header(const uint8_t *buf, uint64_t size,
+                          uint64_t *hdr_len, uint64_t *ident, uint64_t *tag);
+typedef int (*keel_undo_entry_fn)(uint32_t slot, const uint8_t *words,
+                                  uint32_t n_words, void *arg);
+int keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf,
+                        uint64_t size, uint64_t hdr_len, uint64_t ident,
+                        uint64_t count, keel_undo_entry_fn fn, void *arg);
+
+/* Writer: commit everything since the last commit. */
+int keel__store_commit(keel_store *st);
+/* Writer: drop unflushed adds and deletes is not offered: close instead. */
+
+/* Writer: mark the file superseded (compaction), committed like a flush. */
+int keel__store_set_superseded(keel_store *st, int on);
+
+/* Facts for keel_stat and keel_check. */
+int keel__store_stats(keel_store *st, keel_stats *out);
+int keel__store_check(keel_store *st);
+
+/* Byte ranges the index has written, for warm-up, in the order a search
+** needs them: calls fn for each (address in this store's mappings). */
+typedef void (*keel_range_fn)(void *addr, size_t len, int vectors, void *arg);
+void keel__store_written_ranges(const keel_store *st, const keel_view *v,
+                                keel_range_fn fn, void *arg);
+
+#endif /* KEEL_STORE_H */
