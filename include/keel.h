@@ -406,7 +406,7 @@ int keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
 ** the copy is of a snapshot; a flush of the writer during the copy makes it
 ** start again from the new flush (KEEL_ELOCKED after 16 such rounds).
 ** Only written regions are copied: holes stay holes. The copy is written to
-** a temporary file beside path (path.keel-tmp-PID), synced, renamed over
+** a temporary file beside path (path.keel-tmp-PID-N), synced, renamed over
 ** path, and the directory synced: path holds either its old content or the
 ** whole copy, never part of it, even after a crash or power loss (a killed
 ** backup may leave its temporary file). path must not name the index

@@ -308,6 +308,50 @@ TEST(twenty_backups_while_a_writer_writes)
     free(v);
 }
 
+/* Two threads backing up to one destination: every call succeeds (each
+** has its own temporary file) and the destination is always whole. */
+struct dest_arg {
+    keel_index *idx;
+    const char *dest;
+    int failed;
+};
+
+static void *
+backup_main(void *p)
+{
+    struct dest_arg *a = p;
+    for (int i = 0; i < 15; i++)
+        if (keel_backup(a->idx, a->dest) != KEEL_OK)
+            a->failed++;
+    return NULL;
+}
+
+TEST(two_backups_to_one_destination_never_tear_it)
+{
+    enum { N = 3000 };
+    float *v = td_random(N, DIM, 5);
+    keel_index *w;
+    CHECK_OK(keel_open(test_path("twice.keel"), DIM, NULL, &w));
+    CHECK_OK(keel_add_batch(w, v, N, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    const char *dest = test_path("twice-copy.keel");
+    struct dest_arg a = {.idx = w, .dest = dest}, b = a;
+    pthread_t ta, tb;
+    CHECK(pthread_create(&ta, NULL, backup_main, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, backup_main, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_MSG(a.failed + b.failed == 0, "%d backups failed: %s",
+              a.failed + b.failed, keel_errmsg());
+    keel_index *c;
+    CHECK_OK(keel_open_reader(dest, NULL, &c));
+    CHECK_OK(keel_check(c));
+    CHECK_U64(keel_count(c), N);
+    CHECK_OK(keel_close(c));
+    CHECK_OK(keel_close(w));
+    free(v);
+}
+
 /* --- a backup killed at any moment --------------------------------------- */
 
 TEST(killed_backup_leaves_old_or_whole)

@@ -16,6 +16,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #define DIM 96
 #define PAGE ((uint64_t)1 << KEEL_MAN_PAGE_LOG2)
@@ -117,6 +118,56 @@ TEST(a_url_that_is_not_s3_is_refused)
     CHECK_MSG_HAS("s3://BUCKET/PREFIX");
     CHECK_ERR(keel_publish(idx, "s3:///prefix", NULL), KEEL_EINVAL);
     keel_close(idx);
+}
+
+/* A publish started while another thread compacts waits for it (the
+** handle's lock order); the endpoint is a closed port, so the publish
+** fails at its first request once it has the locks. */
+struct compact_arg {
+    keel_index *idx;
+    int rounds, failed;
+};
+
+static void *
+compact_main(void *p)
+{
+    struct compact_arg *a = p;
+    for (int i = 0; i < a->rounds; i++)
+        if (keel_compact(a->idx) != KEEL_OK)
+            a->failed = 1;
+    return NULL;
+}
+
+TEST(publishing_while_compacting_never_deadlocks)
+{
+    keel_index *idx;
+    CHECK_OK(keel_open(test_path("pubcompact.keel"), DIM, NULL, &idx));
+    float v[DIM];
+    for (int i = 0; i < 300; i++) {
+        for (int d = 0; d < DIM; d++)
+            v[d] = (float)((i * 31 + d * 7) % 97);
+        CHECK_OK(keel_add(idx, v, NULL));
+    }
+    CHECK_OK(keel_flush(idx));
+    const char *saved = getenv("AWS_ENDPOINT_URL");
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
+    struct compact_arg a = {.idx = idx, .rounds = 20};
+    alarm(120); /* SIGALRM ends the binary: a deadlock fails, never hangs */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, compact_main, &a) == 0);
+    for (int i = 0; i < 20; i++)
+        CHECK(keel_publish(idx, "s3://keel-test/never", NULL) != KEEL_OK);
+    pthread_join(t, NULL); /* a deadlock hangs here: the alarm fails it */
+    alarm(0);
+    CHECK(!a.failed);
+    if (keep) {
+        setenv("AWS_ENDPOINT_URL", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("AWS_ENDPOINT_URL");
+    }
+    CHECK_OK(keel_close(idx));
 }
 
 TEST(a_published_index_searches_like_the_file)

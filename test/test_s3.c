@@ -100,6 +100,14 @@ TEST(names_keel_does_not_send_are_refused)
     CHECK_ERR(keel__s3_get_range(s3, "keel-test", "a key?", 0, b, 4),
               KEEL_EINVAL);
     CHECK_MSG_HAS("a key?");
+    /* A "." or ".." part would resolve into another key or bucket. */
+    CHECK_ERR(keel__s3_get_range(s3, "keel-test", "../other/k", 0, b, 4),
+              KEEL_EINVAL);
+    CHECK_MSG_HAS("../other/k");
+    CHECK_ERR(keel__s3_get_range(s3, "keel-test", "x/./k", 0, b, 4),
+              KEEL_EINVAL);
+    CHECK_ERR(keel__s3_get_range(s3, "keel-test", "x/..", 0, b, 4),
+              KEEL_EINVAL);
     keel__s3_close(s3);
 }
 

@@ -35,6 +35,8 @@ def _range_bounds(r):
     end = min(hi + 1, _ID_END)
     if lo >= end:
         return (0, 0, 1)
+    if step >= end - lo:  # one id: a step past 2**64 must not wrap in C
+        return (lo, lo + 1, 1)
     return (lo, end, step)
 
 

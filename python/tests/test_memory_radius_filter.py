@@ -222,3 +222,12 @@ def test_huge_range_uses_no_memory():
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS,
                                               (1 << 30, 1 << 30)))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_a_range_whose_step_passes_every_id_holds_its_first(mem, vecs):
+    # range(0, 10, 2**64) holds the one id 0: its step must not wrap to 0.
+    for r in (range(0, 10, 2**64), range(3, 2**70, 2**66)):
+        f = keel.Filter(r)
+        assert f.count == 1
+        ids, _ = mem.search(vecs[r.start], k=5, allowed=r)
+        assert list(ids) == [r.start]

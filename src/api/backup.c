@@ -35,8 +35,10 @@
 **      zero: a writer that opens the copy resets the live page), sync the
 **      copy, rename it over the destination, sync the directory.
 **
-** The copy is written to DEST.keel-tmp-PID; DEST changes only by the rename,
-** so after a crash it holds its old content or the whole copy.
+** The copy is written to DEST.keel-tmp-PID-N (N counts the process's
+** backups, so two backups to one DEST never share a file); DEST changes
+** only by the rename, so after a crash it holds its old content or the
+** whole copy.
 */
 #include "api/api.h"
 
@@ -337,27 +339,41 @@ check_dest(keel_index *idx, const char *path)
                           "regular file\nhelp: name a file to write (the copy "
                           "is renamed into place, so it cannot go to a "
                           "device or a pipe)", path);
-    if (keel__os->stat(idx->st->fd, &si) == 0 && si.dev == di.dev &&
-        si.ino == di.ino)
+    /* idx->st only under swap_lock: a compaction may swap it. */
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    int same = keel__os->stat(idx->st->fd, &si) == 0 && si.dev == di.dev &&
+               si.ino == di.ino;
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (same)
         return keel__fail(KEEL_EINVAL, "the backup destination %s is the index "
                           "itself\nhelp: name another file", path);
     return KEEL_OK;
 }
 
-/* Creates the temporary file beside the destination. */
+/* Creates the temporary file beside the destination: a name of this call's
+** own (process id and a counter), created only if it does not exist, so
+** two backups to one destination never write or remove each other's copy.
+** A name left by a killed process whose id this one reuses is skipped. */
 static int
 open_tmp(backup *b)
 {
-    char suffix[40];
-    snprintf(suffix, sizeof suffix, ".keel-tmp-%ld", (long)getpid());
-    b->tmp = keel__path_plus(b->dest, suffix);
-    if (!b->tmp)
-        return KEEL_ENOMEM;
-    keel__os->unlink(b->tmp); /* left by a backup of ours that was killed */
-    b->fd = keel__os->open(b->tmp, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
-    if (b->fd < 0) {
+    static uint64_t calls; /* atomic */
+    for (int tries = 0;; tries++) {
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, ".keel-tmp-%ld-%llu", (long)getpid(),
+                 (unsigned long long)__atomic_fetch_add(&calls, 1,
+                                                        __ATOMIC_RELAXED));
+        keel__free(b->tmp);
+        b->tmp = keel__path_plus(b->dest, suffix);
+        if (!b->tmp)
+            return KEEL_ENOMEM;
+        b->fd = keel__os->open(b->tmp, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
+        if (b->fd >= 0)
+            return KEEL_OK;
         int err = b->fd;
         b->fd = -1;
+        if (err == -EEXIST && tries < 64)
+            continue;
         if (err == -ENOENT)
             return keel__fail(KEEL_ENOTFOUND, "cannot write the backup %s: "
                               "its directory does not exist\nhelp: create the "
@@ -365,7 +381,6 @@ open_tmp(backup *b)
                               "one", b->dest);
         return io_fail(b, err, "creating", b->tmp);
     }
-    return KEEL_OK;
 }
 
 /* Steps 1-3 and 5 on a writer. */

@@ -488,12 +488,13 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
         rc = keel__s3_open(NULL, &p->s3);
     }
     if (!rc) {
-        pthread_rwlock_rdlock(&idx->swap_lock);
+        /* The handle's lock order (api.c): write_lock, then swap_lock. */
         pthread_mutex_lock(&idx->write_lock);
+        pthread_rwlock_rdlock(&idx->swap_lock);
         *h = idx->st->committed;
         rc = publish_commit(p, idx->st, h);
-        pthread_mutex_unlock(&idx->write_lock);
         pthread_rwlock_unlock(&idx->swap_lock);
+        pthread_mutex_unlock(&idx->write_lock);
     }
     if (!rc && opt && opt->uploaded)
         *opt->uploaded = p->uploaded;

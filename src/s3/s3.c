@@ -75,6 +75,9 @@ typedef struct req {
 
 /* --- names and URLs ---------------------------------------------------- */
 
+/* A key keel sends as it is: safe characters only, and no "." or ".."
+** segment, which an HTTP path would resolve into another key (or another
+** bucket: s3://b/../c). */
 static int
 key_ok(const char *k)
 {
@@ -86,6 +89,14 @@ key_ok(const char *k)
               (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '~' ||
               c == '/' || c == '-'))
             return 0;
+    }
+    for (const char *seg = k; seg;) {
+        const char *end = strchr(seg, '/');
+        size_t n = end ? (size_t)(end - seg) : strlen(seg);
+        if ((n == 1 && seg[0] == '.') ||
+            (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            return 0;
+        seg = end ? end + 1 : NULL;
     }
     return 1;
 }
@@ -113,9 +124,10 @@ check_names(const char *bucket, const char *key)
                           bucket ? bucket : "(null)");
     if (key && !key_ok(key))
         return keel__fail(KEEL_EINVAL,
-                          "object key '%s' has characters keel does not "
-                          "send\nhelp: use keys of A-Z a-z 0-9 . _ ~ / - "
-                          "only (at most 1024)", key);
+                          "object key '%s' has characters or a '.' or '..' "
+                          "part keel does not send\nhelp: use keys of A-Z "
+                          "a-z 0-9 . _ ~ / - only (at most 1024), without "
+                          "'.' or '..' between slashes", key);
     return KEEL_OK;
 }
 
