@@ -111,7 +111,7 @@ $(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.
 
 test: all $(TEST_BIN) $(FUZZ_REPLAY)
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
-	CC="$(CC)" BUILD=$(BUILD) sh test/test_build.sh
+	CC="$(CC)" BUILD=$(BUILD) SANFLAGS="$(if $(SAN),-fsanitize=$(SAN))" sh test/test_build.sh
 	sh test/test_cli.sh $(BUILD)/keel
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
 

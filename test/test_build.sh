@@ -63,7 +63,10 @@ done
 [ -L "$build/libkeel.so.0" ] && [ -L "$build/libkeel.so" ] ||
     fail "$BUILD/libkeel.so.0 and $BUILD/libkeel.so are not links"
 : >"$T/out"
-if ! $CC -std=c11 -Wall -Wextra -Werror -I"$root/include" \
+# SANFLAGS: the sanitizers the library was built with (its runtime must
+# come first in the program).
+# shellcheck disable=SC2086
+if ! $CC ${SANFLAGS:-} -std=c11 -Wall -Wextra -Werror -I"$root/include" \
     "$root/test/linked.c" -o "$T/linked" -L"$build" -lkeel \
     -Wl,-rpath,"$build" 2>"$T/err"; then
     fail "cannot link test/linked.c against $BUILD/libkeel.so"
