@@ -26,6 +26,12 @@ CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -pthread $(WARN) -Iinclude -
 LDLIBS_ALL = -lxxhash -lcurl -lpthread -lm $(LDLIBS)
 LDFLAGS_ALL = -pthread $(if $(SAN),-fsanitize=$(SAN)) $(LDFLAGS)
 
+# libhdf5 (Debian's libhdf5-dev) reads ann-benchmarks' .hdf5 files: the CLI
+# links it, libkeel does not. Its headers are system headers (-isystem), out
+# of reach of our warnings.
+HDF5_CFLAGS ?= $(patsubst -I%,-isystem %,$(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial))
+HDF5_LIBS   ?= $(shell pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial)
+
 ARCH := $(shell uname -m)
 ISA_SRC =
 ifeq ($(ARCH),x86_64)
@@ -74,7 +80,8 @@ all: $(BUILD)/libkeel.a $(SHLIB) $(BUILD)/keel $(BUILD)/keel.pc
 DEPS_OK = $(BUILD)/deps.ok
 $(DEPS_OK):
 	@CC="$(CC)" CFLAGS="$(CFLAGS_ALL)" LDFLAGS="$(LDFLAGS_ALL)" \
-	    LDLIBS="$(LDLIBS_ALL)" sh tools/checkdeps.sh
+	    LDLIBS="$(LDLIBS_ALL)" HDF5_CFLAGS="$(HDF5_CFLAGS)" \
+	    HDF5_LIBS="$(HDF5_LIBS)" sh tools/checkdeps.sh
 	@mkdir -p $(dir $@) && touch $@
 
 $(BUILD)/src/hnsw/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
@@ -95,8 +102,15 @@ $(BUILD)/libkeel.so.$(VERSION): $(LIB_OBJ) src/keel.map
 $(BUILD)/$(SONAME) $(BUILD)/libkeel.so: $(BUILD)/libkeel.so.$(VERSION)
 	ln -sf libkeel.so.$(VERSION) $@
 
+$(BUILD)/cli/%.o: CFLAGS_ALL += $(HDF5_CFLAGS)
+
 $(BUILD)/keel: $(CLI_OBJ) $(BUILD)/libkeel.a
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL) $(HDF5_LIBS)
+
+# Writes a small ann-benchmarks file for the CLI tests (test/mkhdf5.c).
+$(BUILD)/test/mkhdf5: test/mkhdf5.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(HDF5_CFLAGS) $< -o $@ $(LDFLAGS_ALL) $(HDF5_LIBS)
 
 $(BUILD)/keel.pc: keel.pc.in Makefile | $(DEPS_OK)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
@@ -109,10 +123,10 @@ $(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itest/fuzz test/fuzz/replay.c $< -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
-test: all $(TEST_BIN) $(FUZZ_REPLAY)
+test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
 	CC="$(CC)" BUILD=$(BUILD) SANFLAGS="$(if $(SAN),-fsanitize=$(SAN))" sh test/test_build.sh
-	sh test/test_cli.sh $(BUILD)/keel
+	KEEL_MKHDF5=$(BUILD)/test/mkhdf5 sh test/test_cli.sh $(BUILD)/keel
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
 
 # The object-store tests against a real server: test/objstore/run.sh starts a

@@ -15,10 +15,14 @@
 
 #include "keel.h"
 
-/* Exit statuses, fixed by the product contract. */
-#define CLI_OK    0 /* success */
-#define CLI_FAIL  1 /* keel (or a file) refused: message and help line */
-#define CLI_USAGE 2 /* the command line was wrong */
+/* Exit statuses: 0, 1 and 2 are fixed by the product contract; 3..5 tell
+** a script why an index could not be used (doc/keel.1, keel help). */
+#define CLI_OK      0 /* success */
+#define CLI_FAIL    1 /* keel (or a file) refused: message and help line */
+#define CLI_USAGE   2 /* the command line was wrong */
+#define CLI_MISSING 3 /* no index at INDEX (nothing there) */
+#define CLI_CORRUPT 4 /* INDEX is a damaged index (keel check says where) */
+#define CLI_LOCKED  5 /* another process holds INDEX's writer */
 /* cli_parse saw --help and printed the command's help: exit 0. */
 #define CLI_HELP  (-1)
 
@@ -68,9 +72,18 @@ int cli_usage(const char *cmd, const char *help, const char *fmt, ...)
 /* A failure with our own message (what, then help). Returns CLI_FAIL. */
 int cli_fail(const char *help, const char *fmt, ...) CLI_PRINTF(2, 3);
 
-/* Prints keel_errmsg() (or keel_strerror(rc) if keel left none) to stderr.
-** Returns CLI_FAIL. */
+/* Prints keel_errmsg() (or keel_strerror(rc) if keel left none) to stderr,
+** in the CLI's terms (cli_speak). Returns the exit status for rc: CLI_CORRUPT,
+** CLI_LOCKED or CLI_FAIL. */
 int cli_keel_error(int rc);
+
+/* The same for a failed keel_open or keel_open_reader, where
+** KEEL_ENOTFOUND means no index at the path: CLI_MISSING. */
+int cli_open_error(int rc);
+
+/* Rewrites a library message into the CLI's terms (options and commands
+** instead of C calls and fields) into out (len bytes). Returns out. */
+const char *cli_speak(const char *msg, char *out, size_t len);
 
 /* Prints a message that is already "what\nhelp: ..." (vecfile's). */
 int cli_fail_msg(const char *msg);

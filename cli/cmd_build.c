@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "h5file.h"
 #include "vecfile.h"
 
 /* Positions in cmd_build's option table. */
@@ -29,24 +30,63 @@ enum {
     O_EFC,
     O_THREADS,
     O_APPEND,
+    O_JSON,
     O_COUNT
 };
 
 /* Bytes of vectors standard input is read and added in at a time. */
 #define STREAM_CHUNK_BYTES ((size_t)8 << 20)
 
+/* The metric names keel takes, with the other names Python also takes
+** (ann-benchmarks' euclidean and angular among them). */
+static const struct {
+    const char *name;
+    keel_metric metric;
+} metric_names[] = {
+    {"l2", KEEL_L2},         {"euclidean", KEEL_L2},  {"euclid", KEEL_L2},
+    {"cosine", KEEL_COSINE}, {"cos", KEEL_COSINE},    {"angular", KEEL_COSINE},
+    {"ip", KEEL_IP},         {"dot", KEEL_IP},        {"inner_product", KEEL_IP},
+};
+
+/* Returns 0 and sets *out if s names a metric. */
+static int
+metric_of(const char *s, keel_metric *out)
+{
+    for (size_t i = 0; i < sizeof metric_names / sizeof metric_names[0]; i++)
+        if (strcmp(s, metric_names[i].name) == 0) {
+            *out = metric_names[i].metric;
+            return 0;
+        }
+    return -1;
+}
+
 static int
 parse_metric(const char *s, keel_metric *out)
 {
-    if (strcmp(s, "l2") == 0)
-        *out = KEEL_L2;
-    else if (strcmp(s, "cosine") == 0)
-        *out = KEEL_COSINE;
-    else if (strcmp(s, "ip") == 0)
-        *out = KEEL_IP;
-    else
-        return cli_usage("build", "give --metric l2, cosine or ip",
+    if (metric_of(s, out) != 0)
+        return cli_usage("build", "give --metric l2 (or euclidean), cosine "
+                         "(or angular) or ip (or dot)",
                          "--metric '%s' is not a metric keel knows", s);
+    return CLI_OK;
+}
+
+/* A new index built from an ann-benchmarks file without --metric takes the
+** file's "distance" attribute. */
+static int
+metric_from_hdf5(const char *path, keel_options *opt, unsigned *given)
+{
+    char name[64], err[1024];
+
+    if (h5file_distance(path, name, sizeof name, err, sizeof err) !=
+        VECFILE_OK)
+        return cli_fail_msg(err);
+    if (name[0] == '\0')
+        return CLI_OK;
+    if (metric_of(name, &opt->metric) != 0)
+        return cli_fail("give --metric l2, cosine or ip to build it anyway",
+                        "%s says its distance is '%s', which keel does not "
+                        "compute", path, name);
+    *given |= CLI_GIVEN_METRIC;
     return CLI_OK;
 }
 
@@ -104,12 +144,29 @@ build_options(cli_opt *opts, keel_options *opt, unsigned *given)
 }
 
 static void
-print_summary(keel_index *idx, size_t n, double seconds)
+print_summary(keel_index *idx, const char *path, size_t n, double seconds,
+              int existed, uint64_t before, int json)
 {
     keel_stats st;
     char count[32], rate[32], size[80], a[32], b[32];
     double per_s = seconds > 0 ? (double)n / seconds : 0;
 
+    if (json) {
+        memset(&st, 0, sizeof st);
+        keel_stat(idx, &st);
+        fputs("{\"index\": ", stdout);
+        cli_json_string(stdout, path);
+        printf(", \"added\": %zu, \"count_before\": %llu, \"count\": %llu, "
+               "\"dimensions\": %u, \"metric\": \"%s\", \"seconds\": %.3f, "
+               "\"vectors_per_second\": %.0f, \"file_bytes\": %llu, "
+               "\"allocated_bytes\": %llu}\n",
+               n, (unsigned long long)(existed ? before : 0),
+               (unsigned long long)keel_count(idx), keel_dim(idx),
+               cli_metric_name(st.metric), seconds, per_s,
+               (unsigned long long)st.file_bytes,
+               (unsigned long long)st.allocated_bytes);
+        return;
+    }
     cli_commas(n, count, sizeof count);
     cli_commas((uint64_t)(per_s + 0.5), rate, sizeof rate);
     /* The length ls -l shows and what the disk holds (du). */
@@ -121,6 +178,10 @@ print_summary(keel_index *idx, size_t n, double seconds)
         snprintf(size, sizeof size, "of unknown size");
     printf("%s vectors in %.*f s (%s vectors/s), file %s\n", count,
            seconds < 10 ? 2 : 1, seconds, rate, size);
+    if (existed)
+        printf("%s held %s vectors before, %s after\n", path,
+               cli_commas(before, a, sizeof a),
+               cli_commas(keel_count(idx), b, sizeof b));
 }
 
 /* What the build reads: a whole file, or a stream a chunk at a time. */
@@ -155,7 +216,10 @@ input_open(struct input *in, const char *name)
     in->name = name;
     in->streaming = strcmp(name, "-") == 0;
     if (!in->streaming) {
-        if (vecfile_load(name, &in->vf, err, sizeof err) != VECFILE_OK)
+        int vrc = h5file_is(name)
+            ? h5file_load(name, "train", &in->vf, err, sizeof err)
+            : vecfile_load(name, &in->vf, err, sizeof err);
+        if (vrc != VECFILE_OK)
             return cli_fail_msg(err);
         in->done = 1;
         return CLI_OK;
@@ -258,7 +322,7 @@ probe_index(const char *path, int *existed, uint64_t *count)
     ** finishes a creation cut short and refuses anything else unchanged. */
     if (krc == KEEL_ENOTINDEX && S_ISREG(sb.st_mode))
         return CLI_OK;
-    return cli_keel_error(krc);
+    return cli_open_error(krc);
 }
 
 int
@@ -273,6 +337,7 @@ cmd_build(int argc, char **argv)
         [O_EFC] = {"--ef-construction", 1, NULL},
         [O_THREADS] = {"--threads", 1, NULL},
         [O_APPEND] = {"--append", 0, NULL},
+        [O_JSON] = {"--json", 0, NULL},
     };
     keel_options opt;
     unsigned given = 0;
@@ -329,6 +394,9 @@ cmd_build(int argc, char **argv)
     }
     if (in.streaming && (rc = input_next(&in)) != CLI_OK)
         goto out;
+    if (before == UINT64_MAX && !(given & CLI_GIVEN_METRIC) &&
+        h5file_is(vectors) && (rc = metric_from_hdf5(vectors, &opt, &given)))
+        goto out;
 
     rc = cli_open_writer(path, in.vf.dim, &opt, given, 1, &idx);
     if (rc != CLI_OK)
@@ -346,11 +414,8 @@ cmd_build(int argc, char **argv)
         goto out;
     }
     seconds = cli_now() - start;
-    print_summary(idx, total, seconds);
-    if (existed)
-        printf("%s held %s vectors before, %s after\n", path,
-               cli_commas(before, a, sizeof a),
-               cli_commas(keel_count(idx), b, sizeof b));
+    print_summary(idx, path, total, seconds, existed, before,
+                  opts[O_JSON].value != NULL);
 
 out:
     if (idx != NULL) {

@@ -31,36 +31,40 @@ close_index(keel_index *idx, int rc)
 static void
 print_info_text(const char *path, const keel_stats *st)
 {
-    char a[32], b[32];
+    char a[32], b[32], n[32];
 
+    /* Counts and byte totals with thousands separators, as every command's
+    ** human output; ids and snapshot numbers as they are typed. */
     printf("%-16s %s\n", "path:", path);
-    printf("%-16s %u\n", "dimensions:", st->dim);
+    printf("%-16s %s\n", "dimensions:", cli_commas(st->dim, n, sizeof n));
     printf("%-16s %s\n", "metric:", cli_metric_name(st->metric));
     printf("%-16s %s\n", "precision:", cli_precision_name(st->precision));
     printf("%-16s %u\n", "M:", st->max_connections);
-    printf("%-16s %llu\n", "live vectors:", (unsigned long long)st->count);
-    printf("%-16s %llu\n", "deleted:", (unsigned long long)st->deleted);
-    printf("%-16s %llu\n", "slots:", (unsigned long long)st->slots);
+    printf("%-16s %s\n", "live vectors:", cli_commas(st->count, n, sizeof n));
+    printf("%-16s %s\n", "deleted:", cli_commas(st->deleted, n, sizeof n));
+    printf("%-16s %s\n", "slots:", cli_commas(st->slots, n, sizeof n));
     printf("%-16s %llu\n", "next id:", (unsigned long long)st->next_id);
     printf("%-16s %u\n", "max level:", st->max_level);
-    printf("%-16s %u\n", "segments:", st->segments);
-    printf("%-16s %u\n", "heap chunks:", st->heap_chunks);
-    printf("%-16s %llu (%s, the length ls -l shows)\n", "file bytes:",
-           (unsigned long long)st->file_bytes,
+    printf("%-16s %s\n", "segments:", cli_commas(st->segments, n, sizeof n));
+    printf("%-16s %s\n", "heap chunks:",
+           cli_commas(st->heap_chunks, n, sizeof n));
+    printf("%-16s %s (%s, the length ls -l shows)\n", "file bytes:",
+           cli_commas(st->file_bytes, n, sizeof n),
            cli_bytes(st->file_bytes, a, sizeof a));
-    printf("%-16s %llu (%s on disk, as du shows)\n", "allocated bytes:",
-           (unsigned long long)st->allocated_bytes,
+    printf("%-16s %s (%s on disk, as du shows)\n", "allocated bytes:",
+           cli_commas(st->allocated_bytes, n, sizeof n),
            cli_bytes(st->allocated_bytes, b, sizeof b));
     printf("%-16s %llu\n", "snapshot:", (unsigned long long)st->snapshot);
 }
 
-/* Keys are keel_stats' field names, so scripts and C code agree. */
+/* Keys are the keys of Python's stats() (keel_stats' field names, with
+** dimensions for dim), so scripts in either language read the same names. */
 static void
 print_info_json(const char *path, const keel_stats *st)
 {
     fputs("{\"path\": ", stdout);
     cli_json_string(stdout, path);
-    printf(", \"dim\": %u, \"metric\": \"%s\", \"precision\": \"%s\", "
+    printf(", \"dimensions\": %u, \"metric\": \"%s\", \"precision\": \"%s\", "
            "\"max_connections\": %u, \"count\": %llu, \"deleted\": %llu, "
            "\"slots\": %llu, \"next_id\": %llu, \"max_level\": %u, "
            "\"segments\": %u, \"heap_chunks\": %u, \"file_bytes\": %llu, "
@@ -105,12 +109,13 @@ cmd_info(int argc, char **argv)
 int
 cmd_check(int argc, char **argv)
 {
+    cli_opt opts[] = {{"--json", 0, NULL}};
     keel_index *idx = NULL;
     keel_stats st;
-    char live[32], size[32];
+    char live[32], del[32], size[32];
     int npos, rc;
 
-    rc = cli_parse("check", argc, argv, NULL, 0, &npos);
+    rc = cli_parse("check", argc, argv, opts, 1, &npos);
     if (rc == CLI_OK)
         rc = cli_want("check", npos, argv, index_only, 1, 0);
     if (rc == CLI_OK)
@@ -122,11 +127,23 @@ cmd_check(int argc, char **argv)
         krc = keel_stat(idx, &st);
     if (krc != KEEL_OK)
         return close_index(idx, cli_keel_error(krc));
-    printf("ok: %s: %s live vectors, %llu deleted, %u dimensions, %s, "
+    if (opts[0].value != NULL) {
+        fputs("{\"index\": ", stdout);
+        cli_json_string(stdout, argv[0]);
+        printf(", \"ok\": true, \"count\": %llu, \"deleted\": %llu, "
+               "\"dimensions\": %u, \"metric\": \"%s\", \"snapshot\": %llu, "
+               "\"file_bytes\": %llu}\n",
+               (unsigned long long)st.count, (unsigned long long)st.deleted,
+               st.dim, cli_metric_name(st.metric),
+               (unsigned long long)st.snapshot,
+               (unsigned long long)st.file_bytes);
+        return close_index(idx, CLI_OK);
+    }
+    printf("ok: %s: %s live vectors, %s deleted, %u dimensions, %s, "
            "snapshot %llu, %s\n",
            argv[0], cli_commas(st.count, live, sizeof live),
-           (unsigned long long)st.deleted, st.dim, cli_metric_name(st.metric),
-           (unsigned long long)st.snapshot,
+           cli_commas(st.deleted, del, sizeof del), st.dim,
+           cli_metric_name(st.metric), (unsigned long long)st.snapshot,
            cli_bytes(st.file_bytes, size, sizeof size));
     return close_index(idx, CLI_OK);
 }
@@ -140,13 +157,14 @@ int
 cmd_delete(int argc, char **argv)
 {
     static const char *const names[] = {"INDEX", "ID"};
+    cli_opt opts[] = {{"--json", 0, NULL}};
     keel_options opt;
     keel_index *idx = NULL;
     uint64_t *ids;
     char n[32];
     int npos, rc;
 
-    rc = cli_parse("delete", argc, argv, NULL, 0, &npos);
+    rc = cli_parse("delete", argc, argv, opts, 1, &npos);
     if (rc == CLI_OK)
         rc = cli_want("delete", npos, argv, names, 2, 1);
     if (rc != CLI_OK)
@@ -182,11 +200,17 @@ cmd_delete(int argc, char **argv)
     int krc = keel_delete_batch(idx, ids, nids);
     if (krc == KEEL_OK)
         krc = keel_flush(idx);
-    if (krc != KEEL_OK)
+    if (krc != KEEL_OK) {
         rc = cli_keel_error(krc);
-    else
+    } else if (opts[0].value != NULL) {
+        fputs("{\"index\": ", stdout);
+        cli_json_string(stdout, argv[0]);
+        printf(", \"deleted\": %zu, \"count\": %llu}\n", nids,
+               (unsigned long long)keel_count(idx));
+    } else {
         printf("deleted %s %s from %s\n", cli_commas(nids, n, sizeof n),
                nids == 1 ? "vector" : "vectors", argv[0]);
+    }
     free(ids);
     return close_index(idx, rc);
 }
@@ -197,12 +221,13 @@ int
 cmd_get(int argc, char **argv)
 {
     static const char *const names[] = {"INDEX", "ID"};
+    cli_opt opts[] = {{"--json", 0, NULL}};
     keel_index *idx = NULL;
     uint64_t *ids;
     float *vecs = NULL;
     int npos, rc;
 
-    rc = cli_parse("get", argc, argv, NULL, 0, &npos);
+    rc = cli_parse("get", argc, argv, opts, 1, &npos);
     if (rc == CLI_OK)
         rc = cli_want("get", npos, argv, names, 2, 1);
     if (rc != CLI_OK)
@@ -233,6 +258,18 @@ cmd_get(int argc, char **argv)
     int krc = keel_get_batch(idx, ids, nids, vecs, NULL);
     if (krc != KEEL_OK) {
         rc = cli_keel_error(krc);
+    } else if (opts[0].value != NULL) {
+        fputs("{\"index\": ", stdout);
+        cli_json_string(stdout, argv[0]);
+        printf(", \"dimensions\": %u, \"vectors\": [", dim);
+        for (size_t r = 0; r < nids; r++) {
+            printf("%s{\"id\": %llu, \"vector\": [", r ? ", " : "",
+                   (unsigned long long)ids[r]);
+            for (uint32_t i = 0; i < dim; i++)
+                printf("%s%.9g", i ? ", " : "", (double)vecs[r * dim + i]);
+            fputs("]}", stdout);
+        }
+        fputs("]}\n", stdout);
     } else {
         for (size_t r = 0; r < nids; r++) {
             for (uint32_t i = 0; i < dim; i++)
@@ -254,10 +291,11 @@ cmd_compact(int argc, char **argv)
     keel_index *idx = NULL;
     keel_stats before, after;
     cli_progress bar;
-    char a[32], b[32], c[32];
+    cli_opt opts[] = {{"--json", 0, NULL}};
+    char a[32], b[32], c[32], d[32];
     int npos, rc, krc;
 
-    rc = cli_parse("compact", argc, argv, NULL, 0, &npos);
+    rc = cli_parse("compact", argc, argv, opts, 1, &npos);
     if (rc == CLI_OK)
         rc = cli_want("compact", npos, argv, index_only, 1, 0);
     if (rc != CLI_OK)
@@ -274,16 +312,27 @@ cmd_compact(int argc, char **argv)
         cli_progress_end(&bar, idx);
         if (krc == KEEL_OK)
             krc = keel_stat(idx, &after);
-        if (krc == KEEL_OK)
+        uint64_t removed = before.deleted > after.deleted
+                               ? before.deleted - after.deleted : 0;
+        if (krc == KEEL_OK && opts[0].value != NULL) {
+            fputs("{\"index\": ", stdout);
+            cli_json_string(stdout, argv[0]);
+            printf(", \"seconds\": %.3f, \"file_bytes_before\": %llu, "
+                   "\"file_bytes\": %llu, \"count\": %llu, \"removed\": "
+                   "%llu}\n", cli_now() - start,
+                   (unsigned long long)before.file_bytes,
+                   (unsigned long long)after.file_bytes,
+                   (unsigned long long)after.count,
+                   (unsigned long long)removed);
+        } else if (krc == KEEL_OK) {
             printf("compacted %s in %.2f s: %s -> %s, %s live vectors, "
-                   "%llu deleted removed\n",
+                   "%s deleted removed\n",
                    argv[0], cli_now() - start,
                    cli_bytes(before.file_bytes, a, sizeof a),
                    cli_bytes(after.file_bytes, b, sizeof b),
                    cli_commas(after.count, c, sizeof c),
-                   (unsigned long long)(before.deleted > after.deleted
-                                            ? before.deleted - after.deleted
-                                            : 0));
+                   cli_commas(removed, d, sizeof d));
+        }
     }
     if (krc != KEEL_OK)
         rc = cli_keel_error(krc);

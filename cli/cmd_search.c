@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "h5file.h"
 #include "vecfile.h"
 
 /* Positions in cmd_search's option table. */
@@ -43,6 +44,7 @@ enum {
 };
 
 #define MAX_K 1000000u
+#define MAX_EF 100000u /* the library's cap (keel.h) */
 
 /* What the search threads share. */
 struct job {
@@ -323,20 +325,21 @@ print_summary(FILE *f, const struct summary *s, int json)
         fprintf(f, ", \"seconds\": %.3f}\n", s->seconds);
         return;
     }
-    char q[32], label[32];
+    char q[32], label[32], n[32];
     snprintf(label, sizeof label, "recall@%zu:", s->k);
     fprintf(f, "%-12s %s\n", "queries:", cli_commas(s->queries, q, sizeof q));
     if (s->radius_search) {
         fprintf(f, "%-12s %.9g\n", "radius:", (double)s->radius);
-        fprintf(f, "%-12s %zu\n", "max:", s->k);
+        fprintf(f, "%-12s %s\n", "max:", cli_commas(s->k, n, sizeof n));
         fprintf(f, "%-12s %.2f per query\n", "found:", s->mean_found);
-        fprintf(f, "%-12s %zu queries%s\n", "at max:", s->capped,
+        fprintf(f, "%-12s %s queries%s\n", "at max:",
+                cli_commas(s->capped, n, sizeof n),
                 s->capped ? " (raise --max to see all within the radius)"
                           : "");
     } else {
-        fprintf(f, "%-12s %zu\n", "k:", s->k);
+        fprintf(f, "%-12s %s\n", "k:", cli_commas(s->k, n, sizeof n));
     }
-    fprintf(f, "%-12s %u\n", "ef:", s->ef);
+    fprintf(f, "%-12s %s\n", "ef:", cli_commas(s->ef, n, sizeof n));
     fprintf(f, "first pass, the index's pages touched for the first time:\n");
     fprintf(f, "%-12s %.3f ms\n", "first query:", s->first_ms);
     fprintf(f, "%-12s %.1f (%.3f s)\n", "first QPS:", s->first_qps,
@@ -374,7 +377,10 @@ load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
 {
     char err[1024];
 
-    if (vecfile_load(qpath, &in->queries, err, sizeof err) != VECFILE_OK)
+    int vrc = h5file_is(qpath)
+        ? h5file_load(qpath, "test", &in->queries, err, sizeof err)
+        : vecfile_load(qpath, &in->queries, err, sizeof err);
+    if (vrc != VECFILE_OK)
         return cli_fail_msg(err);
     if (opts[O_ALLOWED].value != NULL &&
         vecfile_load_ids(opts[O_ALLOWED].value, &in->allowed, &in->n_allowed,
@@ -399,8 +405,12 @@ load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
                          tpath, opts[O_ALLOWED].value);
     if (exact)
         return CLI_OK;
-    if (vecfile_load_ivecs(tpath, &in->truth, &in->n_truth, &in->truth_width,
-                           err, sizeof err) != VECFILE_OK)
+    vrc = h5file_is(tpath)
+        ? h5file_load_truth(tpath, &in->truth, &in->n_truth, &in->truth_width,
+                            err, sizeof err)
+        : vecfile_load_ivecs(tpath, &in->truth, &in->n_truth,
+                             &in->truth_width, err, sizeof err);
+    if (vrc != VECFILE_OK)
         return cli_fail_msg(err);
     if (in->n_truth != in->queries.n) {
         char a[32], b[32];
@@ -526,7 +536,7 @@ cmd_search(int argc, char **argv)
     if (rc == CLI_OK && !by_radius)
         rc = cli_u64("search", "-k", opts[O_K].value, 1, MAX_K, &k);
     if (rc == CLI_OK && opts[O_EF].value != NULL)
-        rc = cli_u32("search", "--ef", opts[O_EF].value, 1, UINT32_MAX, &ef);
+        rc = cli_u32("search", "--ef", opts[O_EF].value, 1, MAX_EF, &ef);
     if (rc == CLI_OK && opts[O_THREADS].value != NULL)
         rc = cli_u32("search", "--threads", opts[O_THREADS].value, 0, 65536,
                      &nthreads);

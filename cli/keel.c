@@ -34,32 +34,37 @@ static const struct command commands[] = {
      "Creates INDEX (with --append, adds to an existing one), adds every\n"
      "vector of VECTORS all or nothing, and flushes; a failed build leaves\n"
      "the path as it was. VECTORS is a .fvecs, .bvecs or .npy file (2-D\n"
-     "float32, float16 or uint8), or - for .fvecs on standard input, read\n"
-     "and checked as it arrives. Without --ids a new index numbers the\n"
-     "vectors 0, 1, 2, ... in file order.\n"
+     "float32, float64, float16 or uint8), an ann-benchmarks .hdf5 file (its\n"
+     "train set; its distance attribute gives a new index's metric unless\n"
+     "--metric does), or - for .fvecs on standard input, read and checked\n"
+     "as it arrives. Without --ids a new index numbers the vectors 0, 1,\n"
+     "2, ... in file order.\n"
      "\n"
      "options:\n"
      "  --append               add to INDEX if it exists (else refused)\n"
      "  --ids FILE             one id per vector: a text file with one\n"
      "                         decimal id per line, or a .npy of uint64\n"
-     "  --metric l2|cosine|ip  distance of a new index (default l2)\n"
+     "  --metric l2|cosine|ip  distance of a new index (default l2);\n"
+     "                         euclidean, angular and dot name them too\n"
      "  --precision f32|f16    storage of a new index (default f32)\n"
      "  -M N                   links per node of a new index, 2..32767\n"
      "                         (default 16)\n"
      "  --ef-construction N    search width while linking (default 200)\n"
-     "  --threads N            linking threads (default 0: every core)\n"},
+     "  --threads N            linking threads (default 0: every core)\n"
+     "  --json                 print the summary as one JSON object\n"},
     {"search", cmd_search, "run queries, report speed and recall",
      "usage: keel search INDEX QUERIES -k K [options]\n"
      "       keel search INDEX QUERIES --radius R [--max N] [options]\n"
      "\n"
      "Searches the K nearest neighbours of every query in QUERIES (same\n"
-     "formats as build) and prints the number of queries, queries per second,\n"
-     "latency p50/p99 in milliseconds, and recall@K with --truth.\n"
+     "formats as build; an .hdf5 file gives its test set) and prints the\n"
+     "number of queries, queries per second, mean, p50 and p99 latency in\n"
+     "milliseconds, and recall@K with --truth.\n"
      "\n"
      "options:\n"
      "  -k K                   neighbours per query, 1..1000000 (required\n"
      "                         without --radius)\n"
-     "  --ef N                 search width (default: the index's, 64)\n"
+     "  --ef N                 search width, 1..100,000 (default 64)\n"
      "  --reader               open as a reader (the default; kept for\n"
      "                         scripts)\n"
      "  --warm                 read the index into memory in the background\n"
@@ -67,7 +72,8 @@ static const struct command commands[] = {
      "  --threads N            search on N threads (default 1; 0: every core)\n"
      "  --allowed FILE         search only these ids (same format as --ids)\n"
      "  --truth GT.ivecs       exact neighbours (0-based rows of the base\n"
-     "                         file, which are the ids 'keel build' gives)\n"
+     "                         file, which are the ids 'keel build' gives),\n"
+     "                         or an ann-benchmarks .hdf5 (its neighbors)\n"
      "  --truth exact          with --allowed: recall against the exact\n"
      "                         answer among the allowed ids (brute force)\n"
      "  --radius R             instead of -k: every vector within distance R\n"
@@ -83,27 +89,38 @@ static const struct command commands[] = {
      "usage: keel info INDEX [--json]\n"
      "\n"
      "Prints dimensions, metric, precision, M, counts, file sizes and the\n"
-     "snapshot in use, as aligned \"key: value\" lines or one JSON object.\n"
-     "Opens the index read-only.\n"},
+     "snapshot in use, as aligned \"key: value\" lines or one JSON object\n"
+     "(whose keys are Python's stats() keys). Opens the index read-only.\n"},
     {"check", cmd_check, "verify an index's integrity",
-     "usage: keel check INDEX\n"
+     "usage: keel check INDEX [--json]\n"
      "\n"
      "Verifies every structure of the index's last commit. Prints \"ok: ...\"\n"
-     "and exits 0, or prints the first problem and exits 1. Read-only.\n"},
+     "and exits 0, or prints the first problem and exits 4 (corrupt), 3 (no\n"
+     "index) or 1. Read-only.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print the result as one JSON object\n"},
     {"delete", cmd_delete, "delete vectors by id",
-     "usage: keel delete INDEX ID...\n"
+     "usage: keel delete INDEX ID... [--json]\n"
      "\n"
      "Deletes every ID, then flushes once, all or nothing: if an ID is\n"
      "repeated (exit status 2) or has no live vector (exit status 1),\n"
-     "nothing is deleted.\n"},
+     "nothing is deleted.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print the result as one JSON object\n"},
     {"get", cmd_get, "print stored vectors",
-     "usage: keel get INDEX ID...\n"
+     "usage: keel get INDEX ID... [--json]\n"
      "\n"
      "Prints the stored vector of each ID on its own line, space-separated,\n"
      "in the order the ids are given (an id may repeat). If any ID has no\n"
      "live vector, nothing is printed and the exit status is 1. Cosine\n"
      "indexes store vectors normalized; f16 indexes print the rounded\n"
-     "values. Opens the index read-only.\n"},
+     "values. Opens the index read-only.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print {\"index\", \"dimensions\", \"vectors\":\n"
+     "                         [{\"id\", \"vector\"}, ...]}\n"},
     {"ids", cmd_ids, "print every live id",
      "usage: keel ids INDEX [--json]\n"
      "\n"
@@ -128,10 +145,13 @@ static const struct command commands[] = {
      "options:\n"
      "  --json                 print the summary as one JSON object\n"},
     {"compact", cmd_compact, "rewrite an index without its deleted vectors",
-     "usage: keel compact INDEX\n"
+     "usage: keel compact INDEX [--json]\n"
      "\n"
      "Rewrites the live vectors into a new file with a new graph and swaps it\n"
-     "in atomically; prints the file size before and after.\n"},
+     "in atomically; prints the file size before and after.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print the result as one JSON object\n"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -159,9 +179,17 @@ cli_help(FILE *f, const char *cmd)
             fprintf(f, "  %-8s  %s\n", commands[i].name, commands[i].summary);
         fputs("\n"
               "Run 'keel help COMMAND' (or 'keel COMMAND --help') for a\n"
-              "command's options; 'man keel' for the details. Exit status: 0\n"
-              "on success, 1 when keel or a file refused, 2 on a usage "
-              "error.\n",
+              "command's options; 'man keel' for the details. Every command\n"
+              "takes --json: one JSON object on standard output (messages stay\n"
+              "on standard error).\n"
+              "\n"
+              "exit status:\n"
+              "  0  success\n"
+              "  1  keel or a file refused (a message and a help line)\n"
+              "  2  usage error: the command line was wrong\n"
+              "  3  no index at INDEX\n"
+              "  4  INDEX is corrupt ('keel check' says where)\n"
+              "  5  INDEX is locked: another process is writing it\n",
               f);
         return 0;
     }
@@ -217,16 +245,90 @@ cli_fail_msg(const char *msg)
     return CLI_FAIL;
 }
 
+/* Library phrases that speak of the C API, and what the CLI says instead:
+** the library words its messages for every caller ("open the index as a
+** reader"); here they become the options and commands a user types. */
+static const char *const speak_table[][2] = {
+    {"close the other writer, or open a reader to search while it writes",
+     "wait for the other writer to finish (or stop it); keel search, info, "
+     "get, ids, check and backup read the index meanwhile"},
+    {"open the index as a reader to search it",
+     "search it with keel search --reader (info, get, ids, check and backup "
+     "only read, too)"},
+    {"open it as a reader to search it",
+     "search it with keel search --reader"},
+    {"with max_connections (M) ", "with -M "},
+    {"M never changes once an index is made: use ",
+     "M never changes once an index is made: give -M "},
+    {"or leave it unset to take the file's", "or leave -M out"},
+    {"help: use metric ", "help: give --metric "},
+    {"help: use precision ", "help: give --precision "},
+    {"help: use the index's ", "help: give vectors of the index's "},
+    {"(made by keel backup, keel_backup or backup())", "(made by keel backup)"},
+    {"opening it as a writer creates the index, a reader needs an existing "
+     "one", "keel build creates an index; the other commands need an "
+     "existing one"},
+    {"ef is ", "--ef "},
+    {"ef_search is ", "--ef "},
+    {"ef_construction is ", "--ef-construction "},
+};
+
+const char *
+cli_speak(const char *msg, char *out, size_t len)
+{
+    size_t o = 0;
+    const char *p = msg;
+
+    if (len == 0)
+        return out;
+    while (*p && o + 1 < len) {
+        size_t i, n = sizeof speak_table / sizeof speak_table[0];
+        for (i = 0; i < n; i++) {
+            size_t fl = strlen(speak_table[i][0]);
+            if (strncmp(p, speak_table[i][0], fl) == 0)
+                break;
+        }
+        if (i < n) {
+            const char *to = speak_table[i][1];
+            size_t tl = strlen(to);
+            if (tl > len - 1 - o)
+                tl = len - 1 - o;
+            memcpy(out + o, to, tl);
+            o += tl;
+            p += strlen(speak_table[i][0]);
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 int
 cli_keel_error(int rc)
 {
     const char *msg = keel_errmsg();
+    char spoken[2048];
+    int status = rc == KEEL_ECORRUPT ? CLI_CORRUPT
+               : rc == KEEL_ELOCKED  ? CLI_LOCKED
+                                     : CLI_FAIL;
 
-    if (msg == NULL || *msg == '\0')
-        return cli_fail("this is a bug in keel: it failed without a message; "
-                        "please report it",
-                        "%s (code %d)", keel_strerror(rc), rc);
-    return cli_fail_msg(msg);
+    if (msg == NULL || *msg == '\0') {
+        cli_fail("this is a bug in keel: it failed without a message; "
+                 "please report it",
+                 "%s (code %d)", keel_strerror(rc), rc);
+        return status;
+    }
+    cli_fail_msg(cli_speak(msg, spoken, sizeof spoken));
+    return status;
+}
+
+int
+cli_open_error(int rc)
+{
+    int status = cli_keel_error(rc);
+
+    return rc == KEEL_ENOTFOUND ? CLI_MISSING : status;
 }
 
 /* --- parsing ------------------------------------------------------------- */
@@ -238,6 +340,91 @@ find_opt(cli_opt *opts, size_t nopts, const char *name, size_t len)
         if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0)
             return &opts[i];
     return NULL;
+}
+
+/* An option name folded for comparison: lower case, no '-' or '_'. */
+static void
+fold_name(const char *s, size_t len, char *out, size_t outlen)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < len && o + 1 < outlen; i++)
+        if (s[i] != '-' && s[i] != '_')
+            out[o++] = (char)tolower((unsigned char)s[i]);
+    out[o] = '\0';
+}
+
+/* Levenshtein distance of two short strings, capped at 9. */
+static unsigned
+edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned row[64];
+
+    if (la >= 63 || lb >= 63)
+        return 9;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned up = row[j];
+            unsigned best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] > 9 ? 9 : row[lb];
+}
+
+/* The names other tools give keel's options (hnswlib, FAISS,
+** ann-benchmarks), folded as fold_name does. */
+static const char *const opt_aliases[][2] = {
+    {"efsearch", "--ef"},       {"efs", "--ef"},
+    {"efc", "--ef-construction"}, {"m", "-M"},
+    {"maxconnections", "-M"},   {"topk", "-k"},
+    {"space", "--metric"},      {"distance", "--metric"},
+    {"numthreads", "--threads"}, {"nthreads", "--threads"},
+    {"dtype", "--precision"},   {"groundtruth", "--truth"},
+    {"gt", "--truth"},          {"neighbors", "--truth"},
+};
+
+/* The option of opts that the unknown name a[0..len) most likely meant: an
+** alias, the same name in other case or punctuation, or one within two
+** edits; NULL if none is close. */
+static const char *
+nearest_opt(const cli_opt *opts, size_t nopts, const char *a, size_t len)
+{
+    char want[64], have[64];
+    const char *best = NULL;
+    unsigned best_d = 3;
+
+    fold_name(a, len, want, sizeof want);
+    if (want[0] == '\0')
+        return NULL;
+    for (size_t i = 0; i < sizeof opt_aliases / sizeof opt_aliases[0]; i++)
+        if (strcmp(want, opt_aliases[i][0]) == 0)
+            for (size_t j = 0; j < nopts; j++)
+                if (strcmp(opts[j].name, opt_aliases[i][1]) == 0)
+                    return opts[j].name;
+    for (size_t j = 0; j < nopts; j++) {
+        fold_name(opts[j].name, strlen(opts[j].name), have, sizeof have);
+        unsigned d = edit_distance(want, have);
+        /* One-letter options only by alias or case: "-x" is one edit from
+        ** anything short. */
+        if (strlen(have) < 3 && d > 0)
+            continue;
+        if (d < best_d) {
+            best_d = d;
+            best = opts[j].name;
+        }
+    }
+    return best;
 }
 
 int
@@ -278,8 +465,15 @@ cli_parse(const char *cmd, int argc, char **argv, cli_opt *opts,
                 inline_val = a + 2 + (a[2] == '=');
         }
         cli_opt *o = find_opt(opts, nopts, a, len);
-        if (o == NULL)
-            return cli_usage(cmd, NULL, "unknown option '%.*s'", (int)len, a);
+        if (o == NULL) {
+            char help[160];
+            const char *near = nearest_opt(opts, nopts, a, len);
+            if (near != NULL)
+                snprintf(help, sizeof help, "did you mean %s? ('keel help %s' "
+                         "lists the options)", near, cmd);
+            return cli_usage(cmd, near ? help : NULL,
+                             "unknown option '%.*s'", (int)len, a);
+        }
         if (!o->takes_value) {
             if (inline_val != NULL)
                 return cli_usage(cmd, NULL,
@@ -313,13 +507,15 @@ int
 cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
         uint64_t max, uint64_t *out)
 {
-    char help[160];
+    char help[160], lo[32], hi[32];
     uint64_t v = 0;
     const char *p;
 
+    cli_commas(min, lo, sizeof lo);
+    cli_commas(max, hi, sizeof hi);
     snprintf(help, sizeof help,
-             "give %s as a whole number from %llu to %llu, in decimal digits",
-             what, (unsigned long long)min, (unsigned long long)max);
+             "give %s as a whole number from %s to %s, in decimal digits",
+             what, lo, hi);
     if (*s == '\0')
         return cli_usage(cmd, help, "%s is empty", what);
     if (*s == '-' && s[1] != '\0')
@@ -334,8 +530,8 @@ cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
         v = v * 10 + d;
     }
     if (v < min || v > max)
-        return cli_usage(cmd, help, "%s '%s' is out of range %llu..%llu", what,
-                         s, (unsigned long long)min, (unsigned long long)max);
+        return cli_usage(cmd, help, "%s '%s' is out of range %s..%s", what,
+                         s, lo, hi);
     *out = v;
     return CLI_OK;
 }
@@ -461,7 +657,7 @@ cli_open_reader(const char *path, const keel_options *opt, keel_index **out)
         return memory_refused(path);
     int rc = keel_open_reader(path, opt, out);
 
-    return rc == KEEL_OK ? CLI_OK : cli_keel_error(rc);
+    return rc == KEEL_OK ? CLI_OK : cli_open_error(rc);
 }
 
 int
@@ -481,7 +677,7 @@ cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
     if (rc == KEEL_OK) {
         rc = keel_stat(probe, &st);
         if (rc != KEEL_OK) {
-            int status = cli_keel_error(rc);
+            int status = cli_open_error(rc);
             keel_close(probe);
             return status;
         }
@@ -495,13 +691,13 @@ cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
         if (!create)
             dim = 0;
     } else if (!(create && (rc == KEEL_ENOTFOUND || rc == KEEL_ENOTINDEX))) {
-        return cli_keel_error(rc);
+        return cli_open_error(rc);
     }
     /* With create, a file that is not an index goes on to the writer too:
     ** one whose creation was cut short is only finished by a writer, and
     ** keel leaves any other file byte-identical when it refuses it. */
     rc = keel_open(path, dim, opt, out);
-    return rc == KEEL_OK ? CLI_OK : cli_keel_error(rc);
+    return rc == KEEL_OK ? CLI_OK : cli_open_error(rc);
 }
 
 /* --- progress ------------------------------------------------------------ */

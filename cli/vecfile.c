@@ -139,7 +139,7 @@ half_to_float(uint16_t h)
     return f;
 }
 
-enum elem { ELEM_F32, ELEM_F16, ELEM_U8 };
+enum elem { ELEM_F32, ELEM_F16, ELEM_U8, ELEM_F64 };
 
 /* Where n rows of dim elements sit in a validated buffer: row i's first
 ** element is at start + i * stride + skip. */
@@ -208,6 +208,16 @@ convert(const unsigned char *buf, const struct layout *l,
         case ELEM_U8:
             for (j = 0; j < l->dim; j++)
                 d[j] = (float)src[j];
+            break;
+        case ELEM_F64:
+            /* Rounded to the nearest float, as numpy's astype(float32);
+            ** a value beyond float's range becomes infinite, which keel
+            ** refuses with its position. */
+            for (j = 0; j < l->dim; j++) {
+                double v;
+                memcpy(&v, src + 8 * j, sizeof v);
+                d[j] = (float)v;
+            }
             break;
         }
     }
@@ -633,6 +643,9 @@ layout_npy(const unsigned char *buf, size_t len, const char *name,
     } else if (!strcmp(h.descr, "<f2")) {
         l->type = ELEM_F16;
         esize = 2;
+    } else if (!strcmp(h.descr, "<f8")) {
+        l->type = ELEM_F64;
+        esize = 8;
     } else if (!strcmp(h.descr, "|u1") || !strcmp(h.descr, "<u1")) {
         l->type = ELEM_U8;
         esize = 1;
@@ -644,7 +657,8 @@ layout_npy(const unsigned char *buf, size_t len, const char *name,
     } else {
         return vf_fail(err, errlen, VECFILE_EFORMAT,
                        "%s: the .npy dtype '%s' is not one keel reads\nhelp: "
-                       "keel reads float32 ('<f4'), float16 ('<f2') and "
+                       "keel reads float32 ('<f4'), float64 ('<f8', "
+                       "converted to float32), float16 ('<f2') and "
                        "uint8 ('|u1'); convert with "
                        "numpy.save(path, a.astype(numpy.float32))",
                        nm, h.descr);

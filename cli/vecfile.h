@@ -13,7 +13,8 @@
 **           has the same dim, 1..4096.
 **   .bvecs  per row: int32 dim, then dim uint8.
 **   .npy    NumPy format 1.0, 2.0 or 3.0; a 2-D C-order array of '<f4',
-**           '<f2' (converted exactly) or '|u1' / '<u1'.
+**           '<f8' (rounded to float32, as numpy's astype does), '<f2'
+**           (converted exactly) or '|u1' / '<u1'.
 **   .ivecs  per row: int32 width, then width int32; every row the same width.
 **   ids     text, one decimal id per line (blank lines and spaces are
 **           ignored), or an .npy 1-D array (or n x 1) of '<u8' or '<i8' with

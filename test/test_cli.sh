@@ -116,7 +116,7 @@ grep -q '^10,000 vectors in .* s (.* vectors/s), file .*B (.*B on disk)$' "$T/ou
 ok "build of 10,000 vectors: $(cat "$T/out")"
 expect 0 "info after build" info "$IDX"
 len=$(wc -c <"$IDX" | tr -d ' ')
-[ "$(field 'file bytes' | cut -d' ' -f1)" = "$len" ] ||
+[ "$(field 'file bytes' | cut -d' ' -f1 | tr -d ,)" = "$len" ] ||
     fail "info says file bytes $(field 'file bytes'), ls -l says $len"
 ok "info's file bytes are the length ls -l shows ($len)"
 
@@ -187,13 +187,14 @@ ok "--truth exact with --allowed: recall@10 $recall (all allowed: $unfiltered)"
 
 expect 0 "info" info "$IDX"
 [ "$(field dimensions)" = 100 ] || fail "info dimensions is not 100"
-[ "$(field 'live vectors')" = 10000 ] || fail "info live vectors is not 10000"
+[ "$(field 'live vectors')" = 10,000 ] || fail "info live vectors is not 10,000"
 [ "$(field metric)" = l2 ] || fail "info metric is not l2"
 ok "info prints dimensions 100, 10000 live vectors, metric l2"
 
 expect 0 "info --json" info --json "$IDX"
 grep -q '^{.*}$' "$T/out" || fail "info --json is not one object"
-for pair in '"dim": 100' '"count": 10000' '"metric": "l2"' \
+grep -q '"dim"' "$T/out" && fail "info --json says dim, Python's stats() says dimensions"
+for pair in '"dimensions": 100' '"count": 10000' '"metric": "l2"' \
     '"precision": "f32"' '"deleted": 0' '"next_id": 10000'; do
     grep -q "$pair" "$T/out" || fail "info --json lacks $pair"
 done
@@ -213,8 +214,9 @@ for off in 100 65636; do
         dd of="$T/bad.keel" bs=1 seek=$off conv=notrunc 2>/dev/null ||
         fail "cannot corrupt the copy"
 done
-expect 1 "check of a corrupt copy" check "$T/bad.keel"
-ok "check exits 1 with a help line on an index with both headers damaged"
+expect 4 "check of a corrupt copy" check "$T/bad.keel"
+expect 4 "search of a corrupt copy" search "$T/bad.keel" "$QUERY" -k 1
+ok "check and search exit 4 (corrupt) with a help line on an index with both headers damaged"
 
 # --- radius search and :memory: -------------------------------------------
 
@@ -389,10 +391,18 @@ for dev in /dev/null /dev/zero; do
 done
 ok "/dev/null and /dev/zero as INDEX are named character devices"
 
-expect 1 "search of a missing index" search "$T/missing.keel" "$QUERY" -k 1
+expect 3 "search of a missing index" search "$T/missing.keel" "$QUERY" -k 1
 [ ! -e "$T/missing.keel" ] || fail "search created a missing index"
-expect 1 "info of a missing index" info "$T/missing.keel"
-ok "a missing INDEX exits 1 and is not created"
+expect 3 "info of a missing index" info "$T/missing.keel"
+grep -q 'keel build creates an index' "$T/err" ||
+    fail "a missing index's help does not point at keel build"
+for cmd in check delete get compact ids; do
+    case $cmd in delete|get) extra=1 ;; *) extra= ;; esac
+    # shellcheck disable=SC2086
+    expect 3 "$cmd of a missing index" $cmd "$T/missing.keel" $extra
+done
+expect 3 "backup of a missing index" backup "$T/missing.keel" "$T/m.copy"
+ok "a missing INDEX exits 3 and is not created"
 
 # --- dimensions, ids, stdin ------------------------------------------------
 
@@ -499,7 +509,12 @@ feeder=$!
 i=0
 while :; do
     run delete "$T/held.keel" 18446744073709551614
-    grep -q 'open for writing elsewhere' "$T/err" && break
+    if grep -q 'open for writing elsewhere' "$T/err"; then
+        [ "$st" -eq 5 ] || fail "delete of a locked index exited $st, not 5"
+        grep -q 'open a reader' "$T/err" &&
+            fail "the CLI's lock message speaks of opening a reader"
+        break
+    fi
     i=$((i + 1))
     [ $i -lt 200 ] || { kill $held $feeder; fail "the writer never opened"; }
     sleep 0.1
@@ -525,6 +540,149 @@ expect 0 "search after compact" search "$IDX" "$QUERY" -k 10 --truth "$TRUTH"
 recall=$(field 'recall@10')
 at_least "$recall" 0.94 || fail "recall@10 after compact is '$recall'"
 ok "compact keeps ids and live vectors: recall@10 $recall"
+
+# --- each surface speaks its own language (issue 14, item 12) -------------
+
+# No library message reaches the CLI user in C terms.
+no_c_terms() {
+    grep -E 'keel_[a-z]+|max_connections|ef_search|ef_construction|backup\(\)|dimensions [0-9]+ \(or 0' \
+        "$T/err" && fail "$1: the message speaks of the C API: $(cat "$T/err")"
+    return 0
+}
+expect 1 "build --append of 50-d vectors" build --append "$IDX" "$T/dim50.fvecs"
+no_c_terms "dimension mismatch"
+grep -q "help: give vectors of the index's 100 dimensions" "$T/err" ||
+    fail "the dimension mismatch does not say which dimensions to give"
+expect 1 "build --append -M 12" build --append "$T/small.keel" "$T/three.fvecs" -M 12
+no_c_terms "M mismatch"
+grep -q 'give -M 8, or leave -M out' "$T/err" || fail "the M mismatch does not speak of -M"
+expect 1 "build --append --metric cosine" build --append "$T/small.keel" "$T/three.fvecs" --metric cosine
+no_c_terms "metric mismatch"
+grep -q 'give --metric l2' "$T/err" || fail "the metric mismatch does not speak of --metric"
+expect 4 "check of the corrupt copy" check "$T/bad.keel"
+no_c_terms "corruption"
+printf '18446744073709551615\n' >"$T/reserved-id.txt"
+
+dd if="$BASE" of="$T/one.fvecs" bs=404 count=1 2>/dev/null
+expect 1 "build with the reserved id" build "$T/reserved.keel" "$T/one.fvecs" --ids "$T/reserved-id.txt"
+no_c_terms "reserved id"
+ok "library messages reach the CLI in its own terms (options and commands)"
+
+expect 0 "build --metric angular" build "$T/angular.keel" "$T/three.fvecs" --metric angular
+expect 0 "info of the angular index" info "$T/angular.keel"
+[ "$(field metric)" = cosine ] || fail "--metric angular did not make a cosine index"
+expect 0 "build --metric euclidean" build "$T/euclid.keel" "$T/three.fvecs" --metric euclidean
+expect 0 "info of the euclidean index" info "$T/euclid.keel"
+[ "$(field metric)" = l2 ] || fail "--metric euclidean did not make an l2 index"
+ok "--metric angular and euclidean (ann-benchmarks' names) give cosine and l2"
+
+expect 2 "search --efSearch" search "$IDX" "$QUERY" -k 10 --efSearch 80
+grep -q 'did you mean --ef?' "$T/err" || fail "--efSearch does not suggest --ef"
+expect 2 "build --metrc" build "$T/typo.keel" "$BASE" --metrc l2
+grep -q 'did you mean --metric?' "$T/err" || fail "--metrc does not suggest --metric"
+expect 2 "search --ef 100001" search "$IDX" "$QUERY" -k 10 --ef 100001
+grep -q "100,000" "$T/err" || fail "--ef 100001 does not give the library's cap 100,000"
+grep -q "'100001'" "$T/err" || fail "--ef 100001 does not quote the value as given"
+expect 0 "search --ef 100000" search "$T/small.keel" "$QUERY" -k 1 --ef 100000
+ok "unknown options get a suggestion; --ef takes 1..100,000 as the library does"
+
+/usr/bin/python3 - "$T" "$T/three.fvecs" <<'PY' || fail "cannot write a float64 .npy"
+import sys, numpy as np
+raw = np.fromfile(sys.argv[2], dtype=np.float32).reshape(3, 101)[:, 1:]
+np.save(sys.argv[1] + "/three64.npy", raw.astype(np.float64))
+PY
+expect 0 "build from a float64 .npy" build "$T/f64.keel" "$T/three64.npy"
+expect 0 "get from the float64 build" get "$T/f64.keel" 1
+cp "$T/out" "$T/vec1.f64"
+expect 0 "get row 1 of the base" get "$IDX" 1
+cmp -s "$T/out" "$T/vec1.f64" || fail "a float64 .npy row differs from its float32 row"
+ok "build reads a float64 .npy, converting it to float32 as Python does"
+
+if [ "$(id -u)" = 0 ] && mkdir -p "$T/ro" && mount -t tmpfs tmpfs "$T/ro" 2>/dev/null; then
+    "$KEEL" build "$T/ro/r.keel" "$T/three.fvecs" >/dev/null 2>&1
+    mount -o remount,ro "$T/ro"
+    expect 1 "delete on a read-only file system" delete "$T/ro/r.keel" 1
+    grep -q 'read-only' "$T/err" && grep -q -- '--reader' "$T/err" ||
+        { umount "$T/ro"; fail "a read-only file system does not point at --reader"; }
+    no_c_terms "read-only file system" || true
+    expect 0 "search on a read-only file system" search "$T/ro/r.keel" "$QUERY" -k 1
+    umount "$T/ro"
+    ok "a read-only file system's message names --reader; search works there"
+else
+    echo "skip: a read-only file system needs root and tmpfs"
+fi
+
+# --- scripting: --json everywhere, exit statuses (item 14) ----------------
+
+json_ok() {
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d, dict)' "$T/out" ||
+        fail "$1 --json did not print one JSON object: $(cat "$T/out")"
+    grep -q '[0-9],[0-9][0-9][0-9]' "$T/out" && fail "$1 --json has a thousands separator"
+    return 0
+}
+expect 0 "build --json" build "$T/j.keel" "$BASE" --json
+json_ok build
+grep -q '"added": 10000' "$T/out" || fail "build --json does not count 10000 added"
+expect 0 "delete --json" delete "$T/j.keel" 3 4 --json
+json_ok delete
+grep -q '"deleted": 2, "count": 9998' "$T/out" || fail "delete --json counts wrong"
+expect 0 "get --json" get "$T/j.keel" 7 8 --json
+json_ok get
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [v["id"] for v in d["vectors"]] == [7, 8] and len(d["vectors"][0]["vector"]) == 100' "$T/out" ||
+    fail "get --json does not hold ids 7 and 8 with 100 numbers each"
+expect 0 "check --json" check "$T/j.keel" --json
+json_ok check
+grep -q '"ok": true' "$T/out" || fail "check --json does not say ok"
+expect 0 "compact --json" compact "$T/j.keel" --json
+json_ok compact
+grep -q '"removed": 2' "$T/out" || fail "compact --json does not count 2 removed"
+for cmd in info ids; do
+    expect 0 "$cmd --json" $cmd "$T/j.keel" --json
+    json_ok $cmd
+done
+expect 0 "backup --json" backup "$T/j.keel" "$T/j.copy" --json
+json_ok backup
+expect 0 "search --json" search "$T/j.keel" "$QUERY" -k 10 --json
+json_ok search
+grep -q '"mean_ms": ' "$T/out" || fail "search --json has no mean latency"
+expect 0 "help" --help
+for code in 0 1 2 3 4 5; do
+    grep -q "^  $code  " "$T/out" || fail "keel --help does not document exit status $code"
+done
+sed -n '/^\.SH EXIT STATUS/,/^\.SH EXAMPLES/p' "$(dirname "$0")/../doc/keel.1" >"$T/exit.man"
+for code in 3 4 5; do
+    grep -q "^\.B $code\$" "$T/exit.man" || fail "doc/keel.1 does not document exit status $code"
+done
+ok "--json on every command prints one JSON object; exit statuses documented"
+
+# --- ann-benchmarks' HDF5 files (item 13) ---------------------------------
+
+MKHDF5=${KEEL_MKHDF5:-$(dirname "$KEEL")/test/mkhdf5}
+[ -x "$MKHDF5" ] || fail "the HDF5 test helper $MKHDF5 is missing (make $MKHDF5)"
+"$MKHDF5" "$T/glove-euclidean.hdf5" euclidean "$BASE" "$QUERY" "$TRUTH" ||
+    fail "cannot write an HDF5 file"
+"$MKHDF5" "$T/glove-angular.hdf5" angular "$BASE" "$QUERY" "$TRUTH" ||
+    fail "cannot write an HDF5 file"
+expect 0 "build from an .hdf5" build "$T/h5.keel" "$T/glove-euclidean.hdf5"
+grep -q '^10,000 vectors' "$T/out" || fail "build from .hdf5 did not add its 10,000 train vectors"
+expect 0 "info of the .hdf5 build" info "$T/h5.keel"
+[ "$(field metric)" = l2 ] || fail "distance euclidean did not give metric l2"
+expect 0 "search with .hdf5 queries and truth" search "$T/h5.keel" \
+    "$T/glove-euclidean.hdf5" -k 10 --truth "$T/glove-euclidean.hdf5"
+[ "$(field queries)" = 100 ] || fail "search read $(field queries) queries from the .hdf5"
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "recall@10 against the .hdf5 neighbors is '$recall'"
+expect 0 "build from an angular .hdf5" build "$T/h5a.keel" "$T/glove-angular.hdf5"
+expect 0 "info of the angular .hdf5 build" info "$T/h5a.keel"
+[ "$(field metric)" = cosine ] || fail "distance angular did not give metric cosine"
+expect 0 "build from an angular .hdf5 with --metric l2" build "$T/h5l.keel" \
+    "$T/glove-angular.hdf5" --metric l2
+expect 0 "info" info "$T/h5l.keel"
+[ "$(field metric)" = l2 ] || fail "--metric did not win over the file's distance"
+printf 'not hdf5\n' >"$T/fake.hdf5"
+expect 1 "build from a file that is not HDF5" build "$T/fake.keel" "$T/fake.hdf5"
+[ ! -e "$T/fake.keel" ] || fail "a failed .hdf5 build left an index"
+ok "ann-benchmarks .hdf5: train builds, test and neighbors search (recall $recall), distance gives the metric"
 
 echo "all CLI tests passed"
 exit 0

@@ -51,4 +51,12 @@ if ! $cc ${LDFLAGS:-} -o "$tmp/t" "$tmp/t.o" ${LDLIBS:--lxxhash -lcurl} 2>"$tmp/
     sed 's/^/    /' "$tmp/err" >&2
     missing "'$cc' cannot link a small program (output above)"
 fi
+
+# libhdf5 for the CLI's ann-benchmarks reader (HDF5_CFLAGS, HDF5_LIBS).
+printf '#include <hdf5.h>\nint main(void) { return H5open() < 0; }\n' >"$tmp/h.c"
+# shellcheck disable=SC2086
+if ! $cc ${HDF5_CFLAGS:-} -o "$tmp/h" "$tmp/h.c" ${HDF5_LIBS:--lhdf5} \
+    2>"$tmp/err"; then
+    missing "hdf5.h or the hdf5 library is missing (Debian package libhdf5-dev)"
+fi
 exit 0

@@ -7,7 +7,7 @@
 #   sh tools/deps.sh bench      also the benchmark peers and plotting
 set -eu
 
-pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev
+pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev libhdf5-dev
       python3 python3-dev python3-numpy python3-pytest python3-setuptools
       python3-pip python3-wheel python3-build clang
       libclang-rt-14-dev llvm xxd curl radosgw ceph-mon ceph-osd"

@@ -124,6 +124,50 @@ raise_stop(void)
     return 1;
 }
 
+/* Library phrases that speak of the C API or the CLI, and what Python says
+** instead: the library words its messages for every caller, and here they
+** become the classes and methods a Python user calls. */
+static const char *const speak_table[][2] = {
+    {"(made by keel backup, keel_backup or backup())", "(made by backup())"},
+    {"opening it as a writer creates the index, a reader needs an existing "
+     "one", "keel.VectorIndex(path, dimensions) creates an index; "
+     "keel.IndexReader(path) needs an existing one"},
+    {"close the other writer, or open a reader to search while it writes",
+     "close the other writer, or open a keel.IndexReader(path) to search "
+     "while it writes"},
+    {"open the index as a reader to search it",
+     "open it with keel.IndexReader(path) to search it"},
+    {"open it as a reader to search it",
+     "open it with keel.IndexReader(path) to search it"},
+};
+
+/* msg rewritten into Python's terms (speak_table) into out (len bytes). */
+static const char *
+speak(const char *msg, char *out, size_t len)
+{
+    size_t o = 0, n = sizeof speak_table / sizeof speak_table[0];
+    const char *p = msg;
+
+    while (*p && o + 1 < len) {
+        size_t i;
+        for (i = 0; i < n; i++)
+            if (!strncmp(p, speak_table[i][0], strlen(speak_table[i][0])))
+                break;
+        if (i == n) {
+            out[o++] = *p++;
+            continue;
+        }
+        size_t tl = strlen(speak_table[i][1]);
+        if (tl > len - 1 - o)
+            tl = len - 1 - o;
+        memcpy(out + o, speak_table[i][1], tl);
+        o += tl;
+        p += strlen(speak_table[i][0]);
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* Raises keel's error for rc with this thread's keel_errmsg(). opening is
 ** nonzero for keel_open / keel_open_reader, where KEEL_ENOTFOUND means no
 ** file (FileNotFoundError) rather than no id (KeyError). */
@@ -133,12 +177,14 @@ raise_keel(int rc, int opening)
     if (raise_stop()) /* a signal handler stopped the call: its exception */
         return NULL;
     const char *msg = keel_errmsg();
-    char buf[160];
+    char buf[160], spoken[2048];
     if (!msg || !*msg) {
-        snprintf(buf, sizeof buf, "%s\nhelp: see keel.h for this error code",
+        snprintf(buf, sizeof buf, "%s\nhelp: this is a bug in keel: it "
+                 "failed without a message; please report it",
                  keel_strerror(rc));
         msg = buf;
     }
+    msg = speak(msg, spoken, sizeof spoken);
     if (rc == KEEL_ENOTFOUND && opening && index_not_found)
         return raise_code(-1, msg);
     return raise_code(rc, msg);

@@ -353,3 +353,25 @@ def test_membership_is_that_of_dict_keys(index):
               2**64 - 1, 2**64, 2**70, float("inf"), float("nan"), "1",
               b"1", None, (1,), Decimal("NaN"), complex(1, 1)):
         assert (x in index) == (x in keys), x
+
+
+def test_messages_speak_python(tmp_path):
+    """Library messages reach Python in its own terms: no C calls, no CLI
+    commands (issue 14, item 12)."""
+    import re
+    path = str(tmp_path / "missing.keel")
+    with pytest.raises(keel.IndexNotFoundError) as e:
+        keel.IndexReader(path)
+    assert "keel.VectorIndex(path, dimensions) creates an index" in str(e.value)
+    assert not re.search(r"keel_[a-z]+|keel build", str(e.value))
+    corrupt = tmp_path / "bad.keel"
+    with keel.VectorIndex(str(corrupt), 4) as w:
+        w.add_batch(np.ones((3, 4), np.float32))
+    data = bytearray(corrupt.read_bytes())
+    for off in (100, 65636):
+        data[off:off + 28] = b"CORRUPT" * 4
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(keel.Error) as e:
+        keel.IndexReader(str(corrupt))
+    assert "backup()" in str(e.value)
+    assert not re.search(r"keel_[a-z]+|keel backup", str(e.value))

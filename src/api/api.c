@@ -484,8 +484,8 @@ reserved_id(long long item)
         snprintf(where, sizeof where, " (item %lld of the batch)", item);
     return keel__fail(KEEL_EINVAL,
                       "id 18446744073709551615 (UINT64_MAX)%s is reserved\n"
-                      "help: use ids from 0 to 18446744073709551614, or let "
-                      "keel choose them with keel_add", where);
+                      "help: use ids from 0 to 18446744073709551614, or leave "
+                      "the ids out and let keel choose them", where);
 }
 
 static int

@@ -71,8 +71,8 @@ io_fail(int err, const char *what, const char *path)
         break;
     case EROFS:
         help = "the file system is read-only: open the index as a reader "
-               "(keel_open_reader, or --reader in the CLI) to search it, or "
-               "copy it to a writable file system to change it";
+               "to search it, or copy it to a writable file system to "
+               "change it";
         break;
     default:
         help = "check the disk and the file's permissions; the index keeps "
@@ -1051,28 +1051,29 @@ check_params(keel_store *st, const keel_store_params *p)
     if (p->dim && p->dim != h->dim)
         return keel__fail(KEEL_EDIM,
                           "the index at %s holds vectors of %u dimensions, "
-                          "not %u\nhelp: open it with dimensions %u (or 0 to "
-                          "take them from the file), or create a new index at "
-                          "another path", st->path, h->dim, p->dim, h->dim);
+                          "not %u\nhelp: use the index's %u dimensions, or "
+                          "create a new index at another path", st->path, h->dim, p->dim, h->dim);
     if (!p->have_options)
         return KEEL_OK;
     if (p->metric != h->metric)
         return keel__fail(KEEL_EOPTIONS,
                           "the index at %s was created with metric %s, not %s\n"
-                          "help: open it with metric %s; the metric of a file "
-                          "never changes", st->path, metrics[h->metric],
+                          "help: use metric %s, the file's; the metric of a "
+                          "file never changes", st->path, metrics[h->metric],
                           metrics[p->metric], metrics[h->metric]);
     if (p->precision != h->precision)
         return keel__fail(KEEL_EOPTIONS,
                           "the index at %s was created with precision %s, not "
-                          "%s\nhelp: open it with precision %s", st->path,
+                          "%s\nhelp: use precision %s, the file's; the "
+                          "precision of a file never changes", st->path,
                           precisions[h->precision], precisions[p->precision],
                           precisions[h->precision]);
     if (p->M && p->M != h->M)
         return keel__fail(KEEL_EOPTIONS,
                           "the index at %s was created with max_connections "
-                          "%u, not %u\nhelp: open it with max_connections %u "
-                          "(or 0 for the file's own)", st->path, h->M, p->M,
+                          "(M) %u, not %u\nhelp: M never changes once an "
+                          "index is made: use %u, or leave it unset to take "
+                          "the file's", st->path, h->M, p->M,
                           h->M);
     return KEEL_OK;
 }
