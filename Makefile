@@ -126,7 +126,7 @@ $(BUILD)/fuzz/replay_%: test/fuzz/%.c test/fuzz/replay.c $(wildcard test/fuzz/*.
 test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 	BUILD=$(BUILD) sh test/run.sh $(TEST_BIN)
 	CC="$(CC)" BUILD=$(BUILD) SANFLAGS="$(if $(SAN),-fsanitize=$(SAN))" sh test/test_build.sh
-	KEEL_MKHDF5=$(BUILD)/test/mkhdf5 sh test/test_cli.sh $(BUILD)/keel
+	KEEL_MKHDF5=$(BUILD)/test/mkhdf5 KEEL_SAN="$(SAN)" sh test/test_cli.sh $(BUILD)/keel
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
 
 # The object-store tests against a real server: test/objstore/run.sh starts a

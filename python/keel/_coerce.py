@@ -186,8 +186,14 @@ def one_id(obj, fn):
 
 def ids(obj, fn, n):
     """obj (an array or iterable of ints) as a C-contiguous uint64 array."""
-    what = "ids" if fn == "add_batch" else "allowed"
-    example = "%s=[7, 8, 9]" % what
+    # The argument as the caller named it: add_batch's ids=, get's and
+    # delete's first argument, Filter's ids, or a search's allowed=.
+    what = {"add_batch": "ids", "get": "ids", "delete": "ids",
+            "Filter": "ids"}.get(fn, "allowed")
+    example = ("%s=[7, 8, 9]" % what if fn in ("add_batch", "search",
+                                               "search_batch",
+                                               "search_radius")
+               else "[7, 8, 9]")
     if isinstance(obj, (str, bytes)):
         raise TypeError("%s() takes %s as integers, not %s\nhelp: pass a "
                         "list or array of integer ids, such as %s"
@@ -242,7 +248,8 @@ def ids(obj, fn, n):
                 "the True values of a mask, use np.flatnonzero(mask)"
         elif arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and \
                 np.all(arr == np.floor(arr)):
-            hint = "convert them with %s.astype(np.uint64)" % what
+            hint = "convert them with %s.astype(np.uint64)" % (
+                what if what == "allowed" or fn == "add_batch" else "ids")
         else:
             hint = _ID_RANGE
         raise TypeError("%s() takes %s as integers, not %s (such as %r)"

@@ -912,6 +912,12 @@ static PyObject *
 index_backup(IndexObject *self, PyObject *arg)
 {
     PyObject *path = NULL;
+    if (!PyUnicode_Check(arg) && !PyBytes_Check(arg) &&
+        !PyObject_HasAttrString(arg, "__fspath__"))
+        return PyErr_Format(PyExc_TypeError, "backup() takes a path (str, "
+                            "bytes or os.PathLike), not %s (%R)\nhelp: pass "
+                            "the file to write, such as "
+                            "backup('copy.keel')", Py_TYPE(arg)->tp_name, arg);
     if (!PyUnicode_FSConverter(arg, &path))
         return NULL;
     if (enter(self, "backup()")) {
@@ -1204,7 +1210,8 @@ index_search_radius(IndexObject *self, PyObject *const *args,
                                 PyNumber_Check(a[1])) ||
         PyComplex_Check(a[1]))
         return PyErr_Format(PyExc_TypeError, "search_radius() takes radius "
-                            "as a number, not %s (%R)", Py_TYPE(a[1])->tp_name,
+                            "as a number, not %s (%R)\nhelp: pass a distance "
+                            "such as radius=0.5", Py_TYPE(a[1])->tp_name,
                             a[1]);
     double r = PyFloat_AsDouble(a[1]);
     if (r == -1.0 && PyErr_Occurred())

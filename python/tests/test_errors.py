@@ -375,3 +375,22 @@ def test_messages_speak_python(tmp_path):
         keel.IndexReader(str(corrupt))
     assert "backup()" in str(e.value)
     assert not re.search(r"keel_[a-z]+|keel backup", str(e.value))
+
+
+def test_batch_ids_backup_and_radius_mistakes_name_their_own_argument(index):
+    cases = [
+        (lambda: index.get(np.array([1.0])), "get() takes ids", "ids.astype"),
+        (lambda: index.delete(np.array([1.0])), "delete() takes ids",
+         "ids.astype"),
+        (lambda: index.search_radius(np.ones(4), "1"), "radius", "radius="),
+        (lambda: index.backup(3), "int (3)", "backup('copy.keel')"),
+        (lambda: index.backup(""), '""', "name the file"),
+    ]
+    for call, named, helped in cases:
+        with pytest.raises((TypeError, ValueError, keel.Error)) as e:
+            call()
+        text = str(e.value)
+        assert named in text and "allowed" not in text, text
+        assert "keel_" not in text, text
+        assert text.split("\n")[-1].startswith("help: ") and helped in text, \
+            text

@@ -315,13 +315,13 @@ static int
 check_dest(keel_index *idx, const char *path)
 {
     if (!path || !*path)
-        return keel__fail(KEEL_EINVAL, "keel_backup was given %s as the "
-                          "destination\nhelp: pass the path of the file to "
-                          "write the copy to", path ? "\"\"" : "NULL");
+        return keel__fail(KEEL_EINVAL, "the backup destination is %s\n"
+                          "help: name the file to write the copy to",
+                          path ? "\"\" (empty)" : "missing (NULL)");
     if (strncmp(path, "s3://", 5) == 0)
-        return keel__fail(KEEL_EINVAL, "keel_backup cannot write to %s\n"
-                          "help: back up to a local file; keel_publish puts "
-                          "an index in object storage", path);
+        return keel__fail(KEEL_EINVAL, "a backup cannot be written to %s\n"
+                          "help: back up to a local file; publishing puts an "
+                          "index in object storage", path);
     if (strlen(path) + 40 > PATH_MAX)
         return keel__fail(KEEL_EINVAL, "the backup path %s is too long\nhelp: "
                           "use a shorter path", path);
