@@ -121,8 +121,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 # server: only their tests that need none.)
 OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote
 
-test-objstore: $(OBJSTORE_TESTS)
-	bash test/objstore/run.sh $(OBJSTORE_TESTS)
+test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel
+	KEEL=$(BUILD)/keel bash test/objstore/run.sh $(OBJSTORE_TESTS) test/objstore/cli.sh
 
 # Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
 fuzz:
