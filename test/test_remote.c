@@ -663,6 +663,27 @@ TEST(open_names_a_wrong_key_a_missing_bucket_and_an_unreachable_server)
     keel_close(w);
 }
 
+TEST(a_child_only_closes_and_the_parent_goes_on)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "fork");
+    keel_index *w = build(test_path("fork.keel"), url, KEEL_L2, KEEL_F32, 91);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK(same_results(w, r, 92, NULL));
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(keel_close(r) == KEEL_OK ? 0 : 1); /* no thread to touch */
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(same_results(w, r, 93, NULL));
+    keel_close(r);
+    keel_close(w);
+}
+
 struct searcher {
     keel_index *r;
     uint64_t seed;
