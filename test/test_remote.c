@@ -426,6 +426,16 @@ TEST(a_reader_follows_a_newer_publish_on_refresh)
     CHECK_ERR(keel_get(r, 7, v), KEEL_ENOTFOUND);
     CHECK_OK(keel_get(r, N + 5, v));
     CHECK_OK(keel_check(r));
+    /* without keel_refresh: a call looks by itself every 5 s */
+    float *third = td_random(50, DIM, 11);
+    CHECK_OK(keel_add_batch(w, third, 50, NULL, NULL));
+    free(third);
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    struct timespec t = {KEEL_CACHE_POLL_MS / 1000, 200000000};
+    nanosleep(&t, NULL);
+    CHECK(same_results(w, r, 3, NULL));
+    CHECK_EQ(SEQ(r), 3);
     keel_close(r);
     keel_close(w);
 }
