@@ -127,6 +127,8 @@ typedef struct keel_cache {
     int stop;                  /* atomic */
     pid_t owner;
     double polled_at;          /* seconds (monotonic), last look for newer */
+    char latest_etag[KEEL_S3_ETAG_MAX]; /* of the hint at the last look, */
+    uint64_t latest_hint;      /* and what it said (both under mu) */
     keel_cache_counters n;     /* atomic fields */
 } keel_cache;
 

@@ -113,14 +113,30 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     /* The hint, if it points further than we are. */
     void *data = NULL;
     size_t len = 0;
+    char etag[KEEL_S3_ETAG_MAX];
+    uint64_t hint = 0;
+    pthread_mutex_lock(&c->mu);
+    snprintf(etag, sizeof etag, "%s", c->latest_etag);
+    hint = c->latest_hint;
+    pthread_mutex_unlock(&c->mu);
     keel__latest_key(key, sizeof key, c->prefix);
     __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
-    int rc = keel__s3_get(s3, c->bucket, key, NULL, 64, &data, &len, NULL);
-    if (rc == KEEL_OK) {
-        char text[65] = {0};
-        memcpy(text, data, KEEL_MIN(len, (size_t)64));
-        keel__free(data);
-        uint64_t hint = strtoull(text, NULL, 10);
+    /* Conditional: an unchanged hint is a 304 without a body. */
+    keel_s3_object o;
+    int rc = keel__s3_get(s3, c->bucket, key, *etag ? etag : NULL, 64, &data,
+                          &len, &o);
+    if (rc == KEEL_OK || rc == KEEL_S3_NOT_MODIFIED) {
+        if (rc == KEEL_OK) {
+            char text[65] = {0};
+            memcpy(text, data, KEEL_MIN(len, (size_t)64));
+            keel__free(data);
+            hint = strtoull(text, NULL, 10);
+            pthread_mutex_lock(&c->mu);
+            snprintf(c->latest_etag, sizeof c->latest_etag, "%s", o.etag);
+            c->latest_hint = hint;
+            pthread_mutex_unlock(&c->mu);
+        }
+        rc = KEEL_OK;
         int exists = 0;
         if (hint > seq) {
             if ((rc = manifest_exists(c, s3, hint, &exists)))
