@@ -45,7 +45,7 @@ endif
 # it (doc/architecture.md): base (messages, allocation), os (the system call
 # table), io (batch reads), s3 (the object-store client), store (the file),
 # hnsw (graph, build, search, distances), api (the public calls).
-LAYERS   = base os io s3 store hnsw api
+LAYERS   = base os io s3 cache store hnsw api
 ALL_ISA  = src/hnsw/dist_avx2.c src/hnsw/dist_avx512.c src/hnsw/dist_neon.c
 LIB_SRC  = $(filter-out $(ALL_ISA),$(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))) \
            $(ISA_SRC)
@@ -130,13 +130,15 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 	BUILD=$(BUILD) sh test/fuzz/replay.sh $(FUZZ_TARGETS)
 
 # The object-store tests against a real server: test/objstore/run.sh starts a
-# single-node Ceph RADOS Gateway on 127.0.0.1 (about 15 s), runs them, and
+# single-node Ceph RADOS Gateway on 127.0.0.1 (about 15 s), runs them (the C
+# tests, then the CLI and the Python binding on published indexes), and
 # stops it whatever happens. (`make test` runs the same binaries without a
 # server: only their tests that need none.)
-OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish
+OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote
 
-test-objstore: $(OBJSTORE_TESTS)
-	bash test/objstore/run.sh $(OBJSTORE_TESTS)
+test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
+	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \
+	    test/objstore/cli.sh test/objstore/python.sh
 
 # Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
 fuzz:

@@ -338,3 +338,35 @@ cmd_compact(int argc, char **argv)
         rc = cli_keel_error(krc);
     return close_index(idx, rc);
 }
+
+/* --- publish --------------------------------------------------------------- */
+
+int
+cmd_publish(int argc, char **argv)
+{
+    static const char *const names[] = {"INDEX", "URL"};
+    keel_options opt;
+    keel_index *idx = NULL;
+    char sent[32];
+    int npos, rc;
+
+    rc = cli_parse("publish", argc, argv, NULL, 0, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("publish", npos, argv, names, 2, 0);
+    if (rc != CLI_OK)
+        return rc;
+    memset(&opt, 0, sizeof opt);
+    rc = cli_open_writer(argv[0], 0, &opt, 0, 0, &idx);
+    if (rc != CLI_OK)
+        return rc;
+    uint64_t up = 0;
+    keel_publish_options po = {.uploaded = &up};
+    double start = cli_now();
+    int krc = keel_publish(idx, argv[1], &po);
+    if (krc == KEEL_OK)
+        printf("published %s to %s in %.2f s: %s sent\n", argv[0], argv[1],
+               cli_now() - start, cli_bytes(up, sent, sizeof sent));
+    else
+        rc = cli_keel_error(krc);
+    return close_index(idx, rc);
+}

@@ -90,16 +90,26 @@ static const struct command commands[] = {
      "\n"
      "Prints dimensions, metric, precision, M, counts, file sizes and the\n"
      "snapshot in use, as aligned \"key: value\" lines or one JSON object\n"
-     "(whose keys are Python's stats() keys). Opens the index read-only.\n"},
+     "(whose keys are Python's stats() keys). Opens the index read-only.\n"
+     "INDEX may be an s3:// URL (keel publish).\n"},
     {"check", cmd_check, "verify an index's integrity",
      "usage: keel check INDEX [--json]\n"
      "\n"
      "Verifies every structure of the index's last commit. Prints \"ok: ...\"\n"
      "and exits 0, or prints the first problem and exits 4 (corrupt), 3 (no\n"
-     "index) or 1. Read-only.\n"
+     "index) or 1. Read-only. INDEX may be an s3:// URL.\n"
      "\n"
      "options:\n"
      "  --json                 print the result as one JSON object\n"},
+    {"publish", cmd_publish, "publish an index to S3-compatible storage",
+     "usage: keel publish INDEX s3://BUCKET/PREFIX\n"
+     "\n"
+     "Publishes INDEX's last flush as the next version at the URL: only the\n"
+     "pages that changed since the version before are sent. The endpoint and\n"
+     "keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
+     "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION. search, info\n"
+     "and check take the URL in place of INDEX (KEEL_CACHE_DIR: a disk\n"
+     "cache of its pages).\n"},
     {"delete", cmd_delete, "delete vectors by id",
      "usage: keel delete INDEX ID... [--json]\n"
      "\n"

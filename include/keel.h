@@ -115,6 +115,17 @@ typedef struct keel_options {
     uint32_t ef_search;       /* 0 = 64 */
     uint32_t threads;         /* batch builds; 0 = every core */
     unsigned flags;           /* KEEL_WARM | KEEL_HUGE_PAGES */
+    /* A reader of a published index (keel_open_reader of "s3://..."): */
+    const char *cache_dir;    /* disk cache directory, shared safely by any
+                                 number of processes; NULL = the environment's
+                                 KEEL_CACHE_DIR, and with neither set, no
+                                 disk cache */
+    uint64_t cache_bytes;     /* its size limit (oldest pages go first);
+                                 0 = KEEL_CACHE_BYTES, else 10 GiB */
+    uint64_t memory_cache_bytes; /* memory for the index's pages; colder
+                                 pages are dropped past it and fetched again
+                                 when needed; 0 = KEEL_MEMORY_CACHE_BYTES,
+                                 else 1 GiB; at least 8 MiB */
 } keel_options;
 
 /* One search result. distance is the true distance: Euclidean (not squared)
@@ -189,7 +200,22 @@ int keel_open(const char *path, uint32_t dim, const keel_options *opt,
 
 /* Opens an existing index read-only. Takes no lock and never writes the file.
 ** The metric, precision, M and dimensions come from the file; opt supplies
-** ef_search and flags (other fields are ignored). */
+** ef_search and flags (other fields are ignored).
+**
+** path may be the URL of a published index, "s3://BUCKET/PREFIX"
+** (keel_publish; endpoint and keys from the same environment). The reader
+** pins the newest version, fetches pages as searches need them (ranged
+** GETs, several in flight, each page checked against the manifest's hash)
+** into memory (opt->memory_cache_bytes) and a disk cache (opt->cache_dir),
+** and moves to a newer version at keel_refresh, and by itself every 5 s,
+** between calls. keel_search, keel_search_batch, keel_get, keel_get_batch,
+** keel_ids, keel_count, keel_stat, keel_check, keel_refresh and keel_warm
+** work on it; writes give KEEL_EREADONLY and keel_backup KEEL_EINVAL. A
+** page that cannot be fetched or fails its hash makes the call KEEL_EIO;
+** the next call fetches it again. At open: KEEL_ENOTFOUND for a missing
+** bucket or no index published at the prefix, KEEL_EIO naming a refused
+** key, an unreachable endpoint or a timeout. Linux only (it serves pages on
+** demand with a userfaultfd). */
 int keel_open_reader(const char *path, const keel_options *opt,
                      keel_index **out);
 

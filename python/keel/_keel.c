@@ -936,6 +936,31 @@ index_backup(IndexObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* publish(url): the last flush as the next version at s3://BUCKET/PREFIX
+** (keel_publish); returns the bytes sent. */
+static PyObject *
+index_publish(IndexObject *self, PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "url has to be a str, not %s\nhelp: "
+                     "pass 's3://BUCKET/PREFIX'", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *url = PyUnicode_AsUTF8(arg);
+    if (!url || enter(self, "publish()"))
+        return NULL;
+    uint64_t sent = 0;
+    keel_publish_options o = {.uploaded = &sent};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_publish(self->idx, url, &o);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc)
+        return raise_keel(rc, 0);
+    return PyLong_FromUnsignedLongLong(sent);
+}
+
 static PyObject *
 index_delete(IndexObject *self, PyObject *arg)
 {
@@ -1562,6 +1587,11 @@ static PyMethodDef index_methods[] = {
      "backup(path)\n--\n\nWrite a copy of the last flush to path (a "
      "temporary file beside it, synced, renamed over it), while the writer "
      "goes on writing."},
+    {"publish", (PyCFunction)index_publish, METH_O,
+     "publish(url)\n--\n\nPublish the last flush to 's3://BUCKET/PREFIX' "
+     "as the next version (only changed pages are sent; endpoint and keys "
+     "from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); "
+     "returns the bytes sent. IndexReader('s3://...') opens it."},
     {"_pending", (PyCFunction)index_pending, METH_NOARGS,
      "_pending()\n--\n\nInternal: (adds, deletes) since the last flush."},
     {"stats", (PyCFunction)index_stats, METH_NOARGS,

@@ -298,6 +298,11 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
     *out = NULL;
     NEED(path && *path, "keel_open was given no path\nhelp: pass the path of "
          "the index file, such as \"vectors.keel\"");
+    if (strncmp(path, "s3://", 5) == 0)
+        return keel__fail(KEEL_EREADONLY, "%s is a published index, which "
+                          "opens read-only\nhelp: open it with "
+                          "keel_open_reader; to change it, open the local "
+                          "file as a writer and keel_publish it again", path);
     NEED(dim <= KEEL_MAX_DIM,
          "dimensions is %u, but has to be between 1 and 4096 (or 0 to take "
          "them from an existing file)\nhelp: give the length of the vectors "
@@ -353,6 +358,51 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
     return KEEL_OK;
 }
 
+/* A byte count from the environment (digits, then K, M or G), or 0. */
+static uint64_t
+env_bytes(const char *name)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(e, &end, 10);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+    }
+    return v;
+}
+
+/* A reader of the index published at url: its page cache (options, then
+** the environment), then a store over the cache's image. */
+static int
+open_remote(const char *url, const keel_options *o, keel_store **st)
+{
+    keel_cache_config cfg = {.url = url};
+    cfg.cache_dir = o && o->cache_dir ? o->cache_dir : getenv("KEEL_CACHE_DIR");
+    cfg.cache_bytes = o && o->cache_bytes ? o->cache_bytes
+                                          : env_bytes("KEEL_CACHE_BYTES");
+    cfg.memory_bytes = o && o->memory_cache_bytes
+                           ? o->memory_cache_bytes
+                           : env_bytes("KEEL_MEMORY_CACHE_BYTES");
+    keel_cache *c;
+    int rc = keel__cache_open(&cfg, &c);
+    return rc ? rc : keel__store_open_remote(c, st);
+}
+
+int
+keel__remote_counters(keel_index *idx, keel_cache_counters *out)
+{
+    if (!idx || idx->writer || !idx->st->remote)
+        return keel__fail(KEEL_EINVAL, "not a reader of a published index\n"
+                          "help: open one with keel_open_reader(\"s3://...\")");
+    keel__cache_counters(idx->st->remote, out);
+    return KEEL_OK;
+}
+
 int
 keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
 {
@@ -373,7 +423,8 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
     if (!idx)
         return KEEL_ENOMEM;
     keel_store *st;
-    rc = keel__store_open_reader(path, &st);
+    rc = strncmp(path, "s3://", 5) == 0 ? open_remote(path, opt, &st)
+                                         : keel__store_open_reader(path, &st);
     if (rc) {
         index_free(idx);
         return rc;
@@ -823,6 +874,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
     if ((rc = keel__params_accept(p, &acc, &set)))
         return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
+    uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
@@ -842,6 +894,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             pthread_join(tid[t], NULL);
         rc = job.rc;
     }
+    rc = keel__remote_end(idx, rgen, rc);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__idset_free(&set);
     if (rc == KEEL_ENOMEM)
@@ -890,6 +943,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
     if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
         return rc;
     pthread_rwlock_rdlock(&idx->swap_lock);
+    uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     uint64_t slot;
     rc = keel__store_view(idx->st, &v);
@@ -904,6 +958,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
         else
             memcpy(vec_out, src, idx->dim * sizeof(float));
     }
+    rc = keel__remote_end(idx, rgen, rc);
     pthread_rwlock_unlock(&idx->swap_lock);
     return rc;
 }
@@ -993,7 +1048,10 @@ keel_stat(keel_index *idx, keel_stats *out)
     int rc = read_begin(idx, 0);
     if (rc)
         return rc;
+    uint64_t rgen = idx->writer ? 0 : keel__remote_begin(idx);
     rc = keel__store_stats(idx->st, &s);
+    if (!idx->writer)
+        rc = keel__remote_end(idx, rgen, rc);
     read_end(idx);
     if (!rc)
         *out = s;
@@ -1009,7 +1067,10 @@ keel_check(keel_index *idx)
     int rc = read_begin(idx, 1);
     if (rc)
         return rc;
+    uint64_t rgen = idx->writer ? 0 : keel__remote_begin(idx);
     rc = keel__store_check(idx->st);
+    if (!idx->writer)
+        rc = keel__remote_end(idx, rgen, rc);
     read_end(idx);
     return rc;
 }

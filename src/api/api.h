@@ -68,6 +68,28 @@ const float *keel__prep_query(const keel_index *idx, const float *q,
 ** snapshot: follow returns KEEL_OK, or with report set, an error that
 ** names both files. */
 int keel__reader_follow(keel_index *idx, int report);
+/* A reader of a published index: looks for a newer version (force: now,
+** else when the poll interval has passed) and moves to it under swap_lock
+** held exclusively (life.c). */
+int keel__remote_follow(keel_index *idx, int force);
+
+/* Around every call that reads a published index's pages, with swap_lock
+** held shared: a fault whose fetch failed meanwhile turns the call's result
+** into KEEL_EIO (cache.h). No-ops for a file. */
+static inline uint64_t
+keel__remote_begin(keel_index *idx)
+{
+    return idx->st->remote ? keel__cache_begin(idx->st->remote) : 0;
+}
+static inline int
+keel__remote_end(keel_index *idx, uint64_t gen, int rc)
+{
+    return idx->st->remote ? keel__cache_end(idx->st->remote, gen, rc) : rc;
+}
+
+/* Tests: what the page cache of a reader of a published index did;
+** KEEL_EINVAL for any other handle. */
+int keel__remote_counters(keel_index *idx, keel_cache_counters *out);
 void keel__remove_leftovers(const char *path);
 
 /* warm.c */

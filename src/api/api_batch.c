@@ -40,6 +40,16 @@ read_lock(keel_index *idx)
     return KEEL_OK;
 }
 
+/* The read's end: a published index's failed fetch turns it into KEEL_EIO
+** (cache.h). */
+static int
+read_unlock(keel_index *idx, uint64_t gen, int rc)
+{
+    rc = keel__remote_end(idx, gen, rc);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return rc;
+}
+
 /* " (position 3 of 10)", or "" for a batch of one. */
 static const char *
 position(char *buf, size_t len, size_t i, size_t n)
@@ -78,6 +88,7 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
         keel__free(slots);
         return rc;
     }
+    uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     for (size_t i = 0; i < n && !rc; i++) {
@@ -111,7 +122,7 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
                 memcpy(row, src, dim * sizeof(float));
         }
     }
-    pthread_rwlock_unlock(&idx->swap_lock);
+    rc = read_unlock(idx, rgen, rc);
     keel__free(slots);
     return rc;
 }
@@ -262,6 +273,7 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
     int rc = read_lock(idx);
     if (rc)
         return rc;
+    uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     size_t n = 0;
@@ -285,7 +297,7 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
             heap_down(out, n, 0);
         }
     }
-    pthread_rwlock_unlock(&idx->swap_lock);
+    rc = read_unlock(idx, rgen, rc);
     if (rc)
         return rc;
     for (size_t m = n; m > 1; m--) { /* heap sort, smallest first */

@@ -298,8 +298,34 @@ is_successor(const keel_view *own, const keel_view *seen)
 ** swaps in is a successor of the one it swaps out, so the snapshots one
 ** reader serves never go back. */
 int
+keel__remote_follow(keel_index *idx, int force)
+{
+    keel_cache *c = idx->st->remote; /* a remote store is never swapped */
+    keel_manifest next;
+    int rc = keel__cache_poll(c, force, &next);
+    if (rc) {
+        if (force)
+            return rc;
+        keel__clear_error(); /* a search keeps its version; refresh reports */
+        return KEEL_OK;
+    }
+    if (!next.seq)
+        return KEEL_OK;
+    /* cache.h invariant 3: no search, get or warm reads the store while
+     * the pinned version changes. */
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__warm_stop(idx);
+    rc = keel__cache_switch(c, &next);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__manifest_free(&next);
+    return rc;
+}
+
+int
 keel__reader_follow(keel_index *idx, int report)
 {
+    if (idx->st->remote)
+        return keel__remote_follow(idx, report);
     keel_view v;
     keel_file_info a, b;
     pthread_rwlock_rdlock(&idx->swap_lock);

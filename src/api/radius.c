@@ -338,6 +338,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         return KEEL_ENOMEM;
     }
     pthread_rwlock_rdlock(&idx->swap_lock);
+    uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     keel_search_ctx *c = NULL;
     rc = keel__store_view(idx->st, &v);
@@ -378,6 +379,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         *n_out = n;
     }
     keel__ctx_put(idx, c);
+    rc = keel__remote_end(idx, rgen, rc);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__idset_free(&set);
     keel__free(res);

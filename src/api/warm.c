@@ -87,6 +87,10 @@ static int
 advise_all(struct keel_warm *w, int adv)
 {
     size_t page = keel__page_size();
+    keel_cache *remote = w->st->remote;
+    keel_br_scratch scratch = {0};
+    if (remote && adv != KEEL_ADV_WILLNEED)
+        return 1; /* a published index: the first pass fetched it all */
     for (size_t i = 0; i < w->n; i++) {
         if (adv == KEEL_ADV_WILLNEED && w->ranges[i].populate_only)
             continue;
@@ -94,15 +98,27 @@ advise_all(struct keel_warm *w, int adv)
         uintptr_t end = a + w->ranges[i].len;
         a &= ~(uintptr_t)(page - 1);
         while (a < end) {
-            if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+            if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+                keel__br_scratch_free(&scratch);
                 return 0;
+            }
             size_t len = (size_t)KEEL_MIN((uintptr_t)WARM_STEP, end - a);
+            if (remote) {
+                /* Its page cache, through the batch-read policy; a failed
+                 * fetch is left to the search that needs the page. */
+                if (keel__cache_bring_addr(remote, (void *)a, len, &scratch))
+                    keel__clear_error();
+                w->advised += len;
+                a += len;
+                continue;
+            }
             keel__os->advise((void *)a, len, adv);
             if (adv == KEEL_ADV_POPULATE_READ)
                 w->advised += len;
             a += len;
         }
     }
+    keel__br_scratch_free(&scratch);
     return 1;
 }
 

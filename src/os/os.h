@@ -34,6 +34,7 @@ typedef struct keel_file_info {
     uint64_t dev, ino;  /* identity, to notice a file replaced by rename */
     int is_regular;     /* 1 for a regular file */
     int type;           /* enum keel_file_type */
+    int64_t mtime_ns;   /* last modification, ns since the epoch */
 } keel_file_info;
 
 /* Advice kinds for madvise_range. */
@@ -42,7 +43,8 @@ enum keel_advice {
     KEEL_ADV_WILLNEED,
     KEEL_ADV_HUGEPAGE,
     KEEL_ADV_RANDOM,
-    KEEL_ADV_NORMAL
+    KEEL_ADV_NORMAL,
+    KEEL_ADV_DONTFORK       /* a child made by fork() does not get the range */
 };
 
 /* Flags for open. */
@@ -98,6 +100,31 @@ typedef struct keel_os {
      * away with its last descriptor and mapping. name labels it in
      * /proc/PID/fd only. */
     int (*memfd)(const char *name);
+
+    /* The page cache of a published index (cache/): */
+    /* Waits up to timeout_ms for fd to be readable: 1, 0 on timeout. */
+    int (*wait_readable)(int fd, int timeout_ms);
+    /* A userfaultfd for this process's own faults (user mode only, so no
+     * privilege is needed), non-blocking and close-on-exec, its API agreed
+     * with no extra features. */
+    int (*uffd_open)(void);
+    /* Registers [addr, addr+len) for missing-page faults. */
+    int (*uffd_register)(int uffd, void *addr, size_t len);
+    /* The next fault of uffd: 1 and its address, 0 if none is waiting (or
+     * the message was another event), or -errno. */
+    int (*uffd_next)(int uffd, uintptr_t *addr);
+    /* Wakes the threads waiting on faults in [addr, addr+len). */
+    int (*uffd_wake)(int uffd, void *addr, size_t len);
+    /* Frees the bytes [off, off+len) of fd (a hole; reads give zeros). */
+    int (*punch)(int fd, uint64_t off, uint64_t len);
+    /* Creates a directory (mode 0700); an existing one is not an error. */
+    int (*mkdir)(const char *path);
+    /* Calls fn for each entry of dir but . and ..; stops at fn's first
+     * nonzero answer and returns it. */
+    int (*list_dir)(const char *dir, int (*fn)(const char *name, void *arg),
+                    void *arg);
+    /* Sets a file's modification time to now. */
+    int (*touch)(const char *path);
 } keel_os;
 
 /* The table in use. Tests may point it at their own table. */

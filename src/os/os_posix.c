@@ -18,6 +18,13 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#ifdef __linux__
+#include <linux/userfaultfd.h>
+#endif
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
@@ -273,6 +280,8 @@ fill_info(const struct stat *st, keel_file_info *out)
                 : S_ISBLK(st->st_mode)  ? KEEL_FILE_BLOCK_DEVICE
                 : S_ISSOCK(st->st_mode) ? KEEL_FILE_SOCKET
                                         : KEEL_FILE_OTHER;
+    out->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 +
+                    st->st_mtim.tv_nsec;
 }
 
 static int
@@ -364,6 +373,7 @@ os_advise(void *addr, size_t len, enum keel_advice advice)
     case KEEL_ADV_HUGEPAGE: return -EINVAL;
 #endif
     case KEEL_ADV_RANDOM: a = MADV_RANDOM; break;
+    case KEEL_ADV_DONTFORK: a = MADV_DONTFORK; break;
     default: a = MADV_NORMAL; break;
     }
     return madvise(addr, len, a) == 0 ? 0 : -errno;
@@ -469,6 +479,120 @@ os_memfd(const char *name)
 #endif
 }
 
+static int
+os_wait_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, timeout_ms);
+    return r > 0 ? 1 : r == 0 ? 0 : -errno;
+}
+
+#if defined(__linux__) && defined(UFFD_USER_MODE_ONLY)
+static int
+os_uffd_open(void)
+{
+    int fd = (int)syscall(SYS_userfaultfd,
+                          O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0)
+        return -errno;
+    struct uffdio_api api = {.api = UFFD_API, .features = 0};
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+static int
+os_uffd_register(int uffd, void *addr, size_t len)
+{
+    struct uffdio_register r = {
+        .range = {.start = (uintptr_t)addr, .len = len},
+        .mode = UFFDIO_REGISTER_MODE_MISSING};
+    return ioctl(uffd, UFFDIO_REGISTER, &r) == 0 ? 0 : -errno;
+}
+
+static int
+os_uffd_next(int uffd, uintptr_t *addr)
+{
+    struct uffd_msg m;
+    ssize_t n = read(uffd, &m, sizeof m);
+    if (n < 0)
+        return errno == EAGAIN ? 0 : -errno;
+    if (n != (ssize_t)sizeof m || m.event != UFFD_EVENT_PAGEFAULT)
+        return 0;
+    *addr = (uintptr_t)m.arg.pagefault.address;
+    return 1;
+}
+
+static int
+os_uffd_wake(int uffd, void *addr, size_t len)
+{
+    struct uffdio_range r = {.start = (uintptr_t)addr, .len = len};
+    return ioctl(uffd, UFFDIO_WAKE, &r) == 0 ? 0 : -errno;
+}
+#else
+static int os_uffd_open(void) { return -ENOSYS; }
+static int
+os_uffd_register(int uffd, void *addr, size_t len)
+{
+    (void)uffd, (void)addr, (void)len;
+    return -ENOSYS;
+}
+static int
+os_uffd_next(int uffd, uintptr_t *addr)
+{
+    (void)uffd, (void)addr;
+    return -ENOSYS;
+}
+static int
+os_uffd_wake(int uffd, void *addr, size_t len)
+{
+    (void)uffd, (void)addr, (void)len;
+    return -ENOSYS;
+}
+#endif
+
+static int
+os_punch(int fd, uint64_t off, uint64_t len)
+{
+#ifdef FALLOC_FL_PUNCH_HOLE
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                     (off_t)off, (off_t)len) == 0 ? 0 : -errno;
+#else
+    (void)fd, (void)off, (void)len;
+    return -EOPNOTSUPP;
+#endif
+}
+
+static int
+os_mkdir(const char *path)
+{
+    return mkdir(path, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+}
+
+static int
+os_list_dir(const char *dir, int (*fn)(const char *name, void *arg), void *arg)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            rc = fn(e->d_name, arg);
+    closedir(d);
+    return rc;
+}
+
+static int
+os_touch(const char *path)
+{
+    return utimensat(AT_FDCWD, path, NULL, 0) == 0 ? 0 : -errno;
+}
+
 const keel_os keel__os_posix = {
     .open = os_open,
     .close = os_close,
@@ -491,6 +615,15 @@ const keel_os keel__os_posix = {
     .resident = os_resident,
     .random = os_random,
     .memfd = os_memfd,
+    .wait_readable = os_wait_readable,
+    .uffd_open = os_uffd_open,
+    .uffd_register = os_uffd_register,
+    .uffd_next = os_uffd_next,
+    .uffd_wake = os_uffd_wake,
+    .punch = os_punch,
+    .mkdir = os_mkdir,
+    .list_dir = os_list_dir,
+    .touch = os_touch,
 };
 
 const keel_os *keel__os = &keel__os_posix;

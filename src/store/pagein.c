@@ -233,6 +233,11 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
         if (!rec)
             return NULL;
     }
+    /* A published index: every search announces what it reads (the page
+     * cache knows what is in and drops the rest cheaply); misses cost a
+     * round trip each, not a disk read. */
+    if (st->remote)
+        return rec;
     uint64_t limit = KEEL_BR_COLD_SEARCHES;
     if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
         return NULL; /* the cold searches are spent: nothing more to learn */
@@ -307,6 +312,7 @@ keel__br_forget(const keel_store *st)
 }
 
 /* --- the local file -------------------------------------------------------- */
+/* (keel__br_local hands a published index's ranges to its page cache.) */
 
 /* Brings a run in: read-ahead advice (MADV_WILLNEED) on each stretch of
 ** the run that is contiguous in the file and in memory. The advice only
@@ -351,6 +357,8 @@ int
 keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                keel_br_scratch *s)
 {
+    if (rec->st->remote) /* the seam: a published index's page cache */
+        return keel__cache_bring(rec->st->remote, r, n, s);
     const void *outs[2 * 64];
     const void **out = outs;
     if (n > sizeof outs / sizeof outs[0] &&

@@ -113,7 +113,10 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 
 /* Brings in the ranges r[0..n) of the local file behind rec with the
 ** policy and the local source, and marks them known; KEEL_OK, KEEL_EIO
-** (message recorded) or KEEL_ENOMEM. */
+** (message recorded) or KEEL_ENOMEM. For a published index (st->remote)
+** the record is made for every search and the ranges go to its page
+** cache (cache.h keel__cache_bring), which fetches the missing granules
+** with the same policy; its record's bits stay clear. */
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                    keel_br_scratch *s);
 

@@ -114,6 +114,13 @@ map_region(keel_store *st, uint64_t off, uint64_t bytes, uint8_t **out)
     int err = keel__os->map(st->fd, off, (size_t)bytes, st->writer, &p);
     if (err)
         return io_fail(err, "mapping a region of", st->path);
+    if (st->remote) {
+        int rc = keel__cache_register(st->remote, p, (size_t)bytes, off);
+        if (rc) {
+            keel__os->unmap(p, (size_t)bytes);
+            return rc;
+        }
+    }
     *out = p;
     return KEEL_OK;
 }
@@ -833,8 +840,9 @@ keel__store_close(keel_store *st)
     keel__free(st->hdr_buf);
     pthread_mutex_destroy(&st->undo_lock);
     keel__free(st->pend_list);
-    if (st->fd >= 0)
+    if (st->fd >= 0 && !st->remote)
         keel__os->close(st->fd);
+    keel__cache_close(st->remote); /* after every mapping of its memfd */
     pthread_mutex_destroy(&st->snap_lock);
     free(st->path);
     keel__free(st);
@@ -949,6 +957,9 @@ map_pages(keel_store *st)
     if (err)
         return io_fail(err, "mapping the header of", st->path);
     st->pages = p;
+    if (st->remote && (err = keel__cache_register(st->remote, p,
+                                                  KEEL_DATA_OFF, 0)))
+        return err;
     if (st->writer) {
         err = keel__os->map(st->fd, KEEL_LIVE_OFF, KEEL_PAGE_SLOT, 1, &p);
         if (err)
@@ -1452,6 +1463,44 @@ keel__store_open_reader(const char *path, keel_store **out)
     st->precision = st->snap.precision;
     memcpy(st->identity, st->snap.identity, KEEL_IDENTITY_BYTES);
     st->snap.sequence = 0; /* take the snapshot through the mapping */
+    if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
+        goto fail;
+    *out = st;
+    return KEEL_OK;
+fail:
+    keel__store_close(st);
+    return rc;
+}
+
+int
+keel__store_open_remote(keel_cache *c, keel_store **out)
+{
+    keel_store *st = store_new(c->memfd, c->url, 0);
+    if (!st) {
+        keel__cache_close(c);
+        return KEEL_ENOMEM;
+    }
+    st->remote = c;
+    keel_file_info fi;
+    int rc, err = keel__os->stat(st->fd, &fi);
+    if (err) {
+        rc = io_fail(err, "reading the size of", st->path);
+        goto fail;
+    }
+    /* The header and live pages are installed (cache.h, invariant 2). */
+    int which, fresh;
+    if ((rc = read_headers(st->fd, st->path, fi.size, &st->snap, &which,
+                           &fresh)))
+        goto fail;
+    if (fresh) {
+        rc = KEEL_CORRUPT("%s holds no committed index", st->path);
+        goto fail;
+    }
+    keel__geometry_init(&st->g, &st->snap);
+    st->metric = st->snap.metric;
+    st->precision = st->snap.precision;
+    memcpy(st->identity, st->snap.identity, KEEL_IDENTITY_BYTES);
+    st->snap.sequence = 0;
     if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
         goto fail;
     *out = st;

@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 
+#include "cache/cache.h"
 #include "store/format.h"
 #include "os/os.h"
 
@@ -46,6 +47,9 @@ typedef struct keel_store {
     int memory;               /* 1: an index in memory (":memory:"): no
                                * name on disk, no undo log, no readers */
     char *path;
+    /* Reader of a published index (s3://): the page cache whose memfd fd
+     * is; the store maps it as it maps a file (cache.h). NULL otherwise. */
+    keel_cache *remote;
     keel_geometry g;
     int metric, precision;
     uint8_t identity[KEEL_IDENTITY_BYTES]; /* reader: of the file it opened */
@@ -158,6 +162,9 @@ typedef struct keel_store_params {
 int keel__store_open_writer(const char *path, const keel_store_params *p,
                             keel_store **out);
 int keel__store_open_reader(const char *path, keel_store **out);
+/* A reader of the published index behind c (cache.h), which the store
+** takes over (closed with it, or here on failure). */
+int keel__store_open_remote(keel_cache *c, keel_store **out);
 /* Refuses path, which stat found to be of type (enum keel_file_type, not a
 ** regular file): KEEL_EINVAL for a directory, KEEL_ENOTINDEX otherwise. */
 int keel__not_regular_fail(const char *path, int type);

@@ -1,0 +1,497 @@
+/* cache.c -- the memfd image of a published index, its fault thread and its
+** memory bound (cache.h).
+**
+** Invariants (beyond cache.h's):
+**   (1) A granule's state changes, and its bytes are written or punched,
+**       only under mu: an install never interleaves with an eviction of
+**       the same granule, so a state of KEEL_G_IN always means its bytes
+**       are in the memfd, and the fault thread, finding a granule IN, only
+**       has to wake the faulting thread.
+**   (2) The fault thread answers every fault it reads with a wake, after
+**       the granule is in (fetched, or zeros and poisoned): no thread waits
+**       on a fault for longer than one fetch, and none forever.
+*/
+#include "cache/cache.h"
+#include "os/os.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define G KEEL_CACHE_GRANULE
+
+static double
+now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* --- granules ----------------------------------------------------------- */
+
+/* Punches cold granules until at most mem_limit are in (under mu): a
+** clock over the granules, skipping the pinned ones; a granule used since
+** the hand last passed gets another round. */
+static void
+evict_locked(keel_cache *c)
+{
+    uint64_t n = c->ngran, passes = 0;
+    while (KEEL_LOAD_RELAXED(&c->resident) > c->mem_limit && passes < 2 * n) {
+        uint64_t g = c->hand;
+        c->hand = g + 1 < n ? g + 1 : KEEL_CACHE_PINNED;
+        passes++;
+        if (g < KEEL_CACHE_PINNED)
+            continue;
+        uint8_t s = KEEL_LOAD_RELAXED(&c->state[g]);
+        if (!(s & KEEL_G_IN))
+            continue;
+        if (s & KEEL_G_REF) {
+            __atomic_fetch_and(&c->state[g], (uint8_t)~KEEL_G_REF,
+                               __ATOMIC_RELAXED);
+            continue;
+        }
+        if (keel__os->punch(c->memfd, g * G, G) != 0)
+            continue; /* stays in; tried again next time */
+        __atomic_fetch_and(&c->state[g], (uint8_t)~KEEL_G_IN, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->n.evictions, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static int
+install_locked(keel_cache *c, uint64_t g, const uint8_t *buf, uint8_t flags)
+{
+    if (g >= c->ngran)
+        return KEEL_OK;
+    if (KEEL_LOAD_RELAXED(&c->state[g]) & KEEL_G_IN) {
+        __atomic_fetch_or(&c->state[g], KEEL_G_REF, __ATOMIC_RELAXED);
+        return KEEL_OK; /* the same version's bytes are there */
+    }
+    ssize_t w = keel__os->pwrite(c->memfd, buf, G, g * G);
+    if (w != (ssize_t)G)
+        return keel__fail(KEEL_ENOMEM, "no memory for page %" PRIu64 " of %s "
+                          "(%s)\nhelp: free memory, or lower "
+                          "KEEL_MEMORY_CACHE_BYTES", g, c->url,
+                          strerror(w < 0 ? (int)-w : ENOSPC));
+    __atomic_fetch_or(&c->state[g], (uint8_t)(KEEL_G_IN | KEEL_G_REF | flags),
+                      __ATOMIC_RELEASE);
+    __atomic_add_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+    evict_locked(c);
+    return KEEL_OK;
+}
+
+int
+keel__cache_install(keel_cache *c, uint64_t g, const uint8_t *buf)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = install_locked(c, g, buf, 0);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* --- failures ------------------------------------------------------------- */
+
+/* A fault whose fetch failed: zeros let the load finish; the granule is
+** poisoned and the generation moves, so the call that loaded fails. */
+static void
+poison(keel_cache *c, uint64_t g, const uint8_t *zero, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+    if (c->npoison == c->poison_cap) {
+        size_t cap = c->poison_cap ? 2 * c->poison_cap : 16;
+        uint64_t *p = keel__realloc(c->poison, cap * sizeof *p);
+        if (p) {
+            c->poison = p;
+            c->poison_cap = cap;
+        }
+    }
+    if (c->npoison < c->poison_cap) {
+        c->poison[c->npoison] = g;
+        KEEL_STORE_RELEASE(&c->npoison, c->npoison + 1);
+        install_locked(c, g, zero, KEEL_G_POISON);
+    } else {
+        /* No room to remember it: zeros that nothing would punch again.
+         * Leave the hole; the load faults again (a retry). */
+    }
+    __atomic_add_fetch(&c->gen, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t
+keel__cache_begin(keel_cache *c)
+{
+    if (KEEL_LOAD_ACQUIRE(&c->npoison)) {
+        pthread_mutex_lock(&c->mu);
+        for (size_t i = 0; i < c->npoison; i++) {
+            uint64_t g = c->poison[i];
+            if (g >= c->ngran || !(c->state[g] & KEEL_G_IN))
+                continue;
+            keel__os->punch(c->memfd, g * G, G);
+            KEEL_STORE_RELEASE(&c->state[g], 0);
+            __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+        }
+        KEEL_STORE_RELEASE(&c->npoison, 0);
+        __atomic_add_fetch(&c->gen, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return KEEL_LOAD_ACQUIRE(&c->gen);
+}
+
+int
+keel__cache_end(keel_cache *c, uint64_t gen, int rc)
+{
+    if (KEEL_LIKELY(KEEL_LOAD_ACQUIRE(&c->gen) == gen))
+        return rc;
+    char msg[1024];
+    pthread_mutex_lock(&c->mu);
+    snprintf(msg, sizeof msg, "%s", c->fail_msg);
+    pthread_mutex_unlock(&c->mu);
+    return keel__fail(KEEL_EIO, "%s", msg);
+}
+
+/* --- the fault thread ------------------------------------------------------ */
+
+/* File offset of addr in the memfd, or UINT64_MAX if no mapping holds it. */
+static uint64_t
+offset_of(keel_cache *c, uintptr_t addr)
+{
+    uint64_t off = UINT64_MAX;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nregions; i++) {
+        const keel_cache_region *r = &c->regions[i];
+        if (addr >= r->addr && addr - r->addr < r->len) {
+            off = r->off + (addr - r->addr);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return off;
+}
+
+static void *
+fault_main(void *arg)
+{
+    keel_cache *c = arg;
+    uint8_t *buf = keel__malloc(G), *zero = keel__calloc(1, G);
+    size_t page = keel__page_size();
+    while (!KEEL_LOAD_ACQUIRE(&c->stop)) {
+        if (keel__os->wait_readable(c->uffd, 50) <= 0)
+            continue;
+        uintptr_t addr;
+        while (keel__os->uffd_next(c->uffd, &addr) == 1) {
+            uint64_t off = offset_of(c, addr);
+            uint64_t g = off / G;
+            if (off != UINT64_MAX && g < c->ngran &&
+                !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
+                int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
+                                                          1, buf, 1)
+                                     : KEEL_ENOMEM;
+                if (rc == KEEL_OK)
+                    rc = keel__cache_install(c, g, buf);
+                if (rc == KEEL_OK)
+                    __atomic_add_fetch(&c->n.faults, 1, __ATOMIC_RELAXED);
+                else if (zero)
+                    poison(c, g, zero, keel_errmsg());
+                keel__clear_error();
+            }
+            uintptr_t p = addr & ~(uintptr_t)(page - 1);
+            keel__os->uffd_wake(c->uffd, (void *)p, page);
+        }
+    }
+    keel__free(buf);
+    keel__free(zero);
+    return NULL;
+}
+
+/* --- opening and closing ---------------------------------------------------- */
+
+static int
+resize(keel_cache *c, uint64_t npages)
+{
+    if (npages <= c->ngran)
+        return KEEL_OK;
+    uint64_t bytes = npages * G;
+    int err = keel__os->truncate(c->memfd, bytes);
+    if (err)
+        return keel__fail(KEEL_ENOMEM, "cannot size the memory image of %s "
+                          "to %" PRIu64 " bytes (%s)\nhelp: free memory",
+                          c->url, bytes, strerror(-err));
+    uint8_t *s = keel__realloc(c->state, (size_t)npages);
+    if (!s)
+        return KEEL_ENOMEM;
+    memset(s + c->ngran, 0, (size_t)(npages - c->ngran));
+    pthread_mutex_lock(&c->mu);
+    c->state = s;
+    c->ngran = npages;
+    c->size = bytes;
+    pthread_mutex_unlock(&c->mu);
+    return KEEL_OK;
+}
+
+/* Fetches and installs the header and live pages of the pinned version. */
+static int
+install_pinned(keel_cache *c, int overwrite)
+{
+    uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
+    size_t n = (size_t)KEEL_MIN(c->man.npages, (uint64_t)KEEL_CACHE_PINNED);
+    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
+    if (!buf)
+        return KEEL_ENOMEM;
+    keel_s3 *s3 = keel__remote_client(c);
+    int rc = s3 ? keel__remote_fetch(c, s3, g, n, buf, (uint32_t)n)
+                : KEEL_ENOMEM;
+    keel__remote_release(c, s3);
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
+        if (overwrite && (c->state[i] & KEEL_G_IN)) {
+            ssize_t w = keel__os->pwrite(c->memfd, buf + i * G, G, i * G);
+            rc = w == (ssize_t)G ? KEEL_OK : KEEL_ENOMEM;
+        } else {
+            rc = install_locked(c, i, buf + i * G, 0);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    keel__free(buf);
+    return rc;
+}
+
+keel_cache *
+keel__cache_alloc(void)
+{
+    keel_cache *c = keel__calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->memfd = c->uffd = -1;
+    c->owner = getpid();
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+int
+keel__cache_start(keel_cache *c, uint64_t memory_bytes)
+{
+    int rc;
+    c->n.seq = c->man.seq;
+    uint64_t mem = memory_bytes ? memory_bytes : KEEL_CACHE_MEMORY_DFLT;
+    c->mem_limit = KEEL_MAX(mem / G, (uint64_t)KEEL_CACHE_MIN_GRANULES);
+    c->hand = KEEL_CACHE_PINNED;
+    if ((c->memfd = keel__os->memfd("keel:s3")) < 0)
+        return keel__fail(KEEL_ENOMEM, "cannot make the memory image of %s "
+                          "(%s)\nhelp: free memory", c->url,
+                          strerror(-c->memfd));
+    if ((rc = resize(c, c->man.npages)) || (rc = install_pinned(c, 0)))
+        return rc;
+    c->uffd = keel__os->uffd_open();
+    if (c->uffd < 0)
+        return keel__fail(KEEL_EIO, "cannot serve %s on demand: this system "
+                          "refused a userfaultfd (%s)\nhelp: run on Linux "
+                          "5.11 or later, whose user-mode userfaultfd needs "
+                          "no privilege", c->url, strerror(-c->uffd));
+    if ((rc = keel__s3_open(NULL, &c->fault_s3)))
+        return rc;
+    if (pthread_create(&c->thread, NULL, fault_main, c) != 0)
+        return keel__fail(KEEL_ENOMEM, "cannot start the page thread of %s\n"
+                          "help: free memory or raise the thread limit",
+                          c->url);
+    c->thread_started = 1;
+    c->polled_at = now_s();
+    return KEEL_OK;
+}
+
+int
+keel__cache_open(const keel_cache_config *cfg, keel_cache **out)
+{
+    *out = NULL;
+    keel_cache *c = keel__cache_alloc();
+    if (!c)
+        return KEEL_ENOMEM;
+    int rc = keel__s3_url_parse(cfg->url, c->bucket, sizeof c->bucket,
+                                c->prefix, sizeof c->prefix);
+    if (rc)
+        goto fail;
+    snprintf(c->url, sizeof c->url, "s3://%s%s%s", c->bucket,
+             *c->prefix ? "/" : "", c->prefix);
+    if (cfg->cache_dir && *cfg->cache_dir &&
+        (rc = keel__disk_open(cfg->cache_dir,
+                              cfg->cache_bytes ? cfg->cache_bytes
+                                               : KEEL_CACHE_DISK_DFLT,
+                              &c->disk)))
+        goto fail;
+    keel_s3 *s3 = keel__remote_client(c);
+    if (!s3) {
+        rc = KEEL_ENOMEM;
+        goto fail;
+    }
+    rc = keel__remote_newest(c, s3, 0, &c->man);
+    keel__remote_release(c, s3);
+    if (rc)
+        goto fail;
+    if (c->man.seq == 0) {
+        rc = keel__fail(KEEL_ENOTFOUND, "no index is published at %s (no "
+                        "manifest under %s%smanifest/)\nhelp: check the URL, "
+                        "or publish an index there with keel_publish",
+                        c->url, c->prefix, *c->prefix ? "/" : "");
+        goto fail;
+    }
+    if ((rc = keel__cache_start(c, cfg->memory_bytes)))
+        goto fail;
+    *out = c;
+    return KEEL_OK;
+fail:
+    keel__cache_close(c);
+    return rc;
+}
+
+void
+keel__cache_close(keel_cache *c)
+{
+    if (!c)
+        return;
+    int own = c->owner == getpid();
+    if (own) {
+        if (c->thread_started) {
+            KEEL_STORE_RELEASE(&c->stop, 1);
+            pthread_join(c->thread, NULL);
+        }
+        keel__s3_close(c->fault_s3);
+        for (size_t i = 0; i < c->nidle; i++)
+            keel__s3_close(c->idle[i]);
+    }
+    if (c->uffd >= 0)
+        keel__os->close(c->uffd);
+    if (c->memfd >= 0)
+        keel__os->close(c->memfd);
+    keel__disk_close(c->disk);
+    keel__manifest_free(&c->man);
+    keel__free(c->idle);
+    keel__free(c->state);
+    keel__free(c->regions);
+    keel__free(c->poison);
+    if (own)
+        pthread_mutex_destroy(&c->mu);
+    keel__free(c);
+}
+
+int
+keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
+{
+    int err = keel__os->uffd_register(c->uffd, addr, len);
+    if (err)
+        return keel__fail(KEEL_EIO, "cannot serve a mapping of %s on demand "
+                          "(userfaultfd: %s)\nhelp: run on Linux 5.11 or "
+                          "later", c->url, strerror(-err));
+    keel__os->advise(addr, len, KEEL_ADV_DONTFORK); /* invariant 5 */
+    uintptr_t a = (uintptr_t)addr;
+    pthread_mutex_lock(&c->mu);
+    /* A new mapping replaces whatever the same addresses held. */
+    size_t k = 0;
+    for (size_t i = 0; i < c->nregions; i++) {
+        keel_cache_region *r = &c->regions[i];
+        if (r->addr < a + len && a < r->addr + r->len)
+            continue;
+        c->regions[k++] = *r;
+    }
+    c->nregions = k;
+    if (k == c->regions_cap) {
+        size_t cap = k ? 2 * k : 32;
+        keel_cache_region *r = keel__realloc(c->regions, cap * sizeof *r);
+        if (!r) {
+            pthread_mutex_unlock(&c->mu);
+            return KEEL_ENOMEM;
+        }
+        c->regions = r;
+        c->regions_cap = cap;
+    }
+    c->regions[c->nregions++] = (keel_cache_region){a, len, off};
+    pthread_mutex_unlock(&c->mu);
+    return KEEL_OK;
+}
+
+/* --- versions ----------------------------------------------------------- */
+
+int
+keel__cache_poll(keel_cache *c, int force, keel_manifest *next)
+{
+    memset(next, 0, sizeof *next);
+    double t = now_s();
+    pthread_mutex_lock(&c->mu);
+    int due = force || t - c->polled_at >= KEEL_CACHE_POLL_MS / 1000.0;
+    if (due)
+        c->polled_at = t;
+    pthread_mutex_unlock(&c->mu);
+    if (!due)
+        return KEEL_OK;
+    keel_s3 *s3 = keel__remote_client(c);
+    if (!s3)
+        return KEEL_ENOMEM;
+    int rc = keel__remote_newest(c, s3, KEEL_LOAD_RELAXED(&c->n.seq), next);
+    keel__remote_release(c, s3);
+    return rc;
+}
+
+static int
+same_page(const keel_man_page *a, const keel_man_page *b)
+{
+    return a->hash_hi == b->hash_hi && a->hash_lo == b->hash_lo &&
+           (a->pack == KEEL_MAN_ZERO_PAGE) == (b->pack == KEEL_MAN_ZERO_PAGE);
+}
+
+int
+keel__cache_switch(keel_cache *c, keel_manifest *next)
+{
+    if (next->seq <= c->man.seq) {
+        keel__manifest_free(next);
+        return KEEL_OK;
+    }
+    int rc = resize(c, next->npages);
+    if (rc) {
+        keel__manifest_free(next);
+        return rc;
+    }
+    keel_manifest old = c->man;
+    pthread_mutex_lock(&c->mu);
+    c->man = *next;
+    memset(next, 0, sizeof *next);
+    for (uint64_t g = KEEL_CACHE_PINNED; g < c->ngran; g++) {
+        if (g < old.npages && g < c->man.npages &&
+            same_page(&old.pages[g], &c->man.pages[g]))
+            continue;
+        if (!(c->state[g] & KEEL_G_IN))
+            continue;
+        keel__os->punch(c->memfd, g * G, G);
+        KEEL_STORE_RELEASE(&c->state[g], 0);
+        __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&c->mu);
+    rc = install_pinned(c, 1);
+    if (rc) {
+        /* Back to the old version: its header pages are still in. */
+        pthread_mutex_lock(&c->mu);
+        keel__manifest_free(&c->man);
+        c->man = old;
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    keel__manifest_free(&old);
+    KEEL_STORE_RELAXED(&c->n.seq, c->man.seq);
+    return KEEL_OK;
+}
+
+void
+keel__cache_counters(keel_cache *c, keel_cache_counters *out)
+{
+    out->gets = KEEL_LOAD_RELAXED(&c->n.gets);
+    out->get_bytes = KEEL_LOAD_RELAXED(&c->n.get_bytes);
+    out->meta_gets = KEEL_LOAD_RELAXED(&c->n.meta_gets);
+    out->disk_hits = KEEL_LOAD_RELAXED(&c->n.disk_hits);
+    out->faults = KEEL_LOAD_RELAXED(&c->n.faults);
+    out->evictions = KEEL_LOAD_RELAXED(&c->n.evictions);
+    out->resident = KEEL_LOAD_RELAXED(&c->resident);
+    out->failures = KEEL_LOAD_RELAXED(&c->n.failures);
+    out->seq = KEEL_LOAD_RELAXED(&c->n.seq);
+}

@@ -1,0 +1,198 @@
+/* cache.h -- a published index (doc/objstore.md) as a file image in memory:
+** the page cache under a reader opened by URL.
+**
+** The store of a reader opened with "s3://BUCKET/PREFIX" maps a memfd as
+** long as the published image instead of a local file, so the store and
+** the graph read it exactly as they read a file. The memfd starts as holes
+** and gets the image's 64 KiB pages (granules) two ways:
+**
+**   announced  a search says which granules it is about to read
+**              (store/pagein.c calls keel__cache_bring at each expansion);
+**              the missing ones come from the disk cache, else from ranged
+**              GETs of their packs with the batch-read policy (io/), are
+**              checked against the manifest's hashes and written into the
+**              memfd before the search touches them. A failure is KEEL_EIO
+**              for that search and installs nothing.
+**   faulted    anything else (a granule nobody announced, or one evicted
+**              since) faults: the memfd's mappings are registered with a
+**              userfaultfd (missing pages, user-mode faults only), and a
+**              thread per cache fetches the granule the same way, writes it
+**              and wakes the faulting thread. A fetch that fails there
+**              cannot fail the load that faulted: the thread writes zeros
+**              so the load completes, marks the granule poisoned and bumps
+**              the cache's generation; every call that read through the
+**              cache compares the generation at its start and end
+**              (keel__cache_begin/end) and returns KEEL_EIO instead of a
+**              result when it moved; the next call punches the poisoned
+**              granules out first, so they are fetched again.
+**
+** Invariants:
+**   (1) Every byte a reader sees in the memfd is the pinned version's byte
+**       at that offset, or a zero of a poisoned granule seen only by calls
+**       that then fail with KEEL_EIO.
+**   (2) Granules 0-2 (header copies, live page) are installed before the
+**       store reads the memfd (a pread of a hole gives zeros without a
+**       fault), and are never evicted: the store's own reads of the
+**       descriptor see only installed bytes. Nothing else reads the memfd
+**       through its descriptor (backup and publish refuse a URL).
+**   (3) The pinned manifest changes only in keel__cache_switch, which the
+**       caller runs with no search, get or warm running on the store (the
+**       handle's swap lock held exclusively): one call reads one version.
+**   (4) A granule is evicted (punched) only when installed and not pinned;
+**       a load that meets the hole faults and fetches it again.
+**   (5) A child made by fork() gets none of the mappings (MADV_DONTFORK)
+**       and never touches the thread: keel__cache_close there only frees.
+*/
+#ifndef KEEL_CACHE_H
+#define KEEL_CACHE_H
+
+#include "base/internal.h"
+#include "cache/disk.h"
+#include "cache/manifest.h"
+#include "io/batch_reads.h"
+#include "s3/s3.h"
+
+#include <pthread.h>
+
+#define KEEL_CACHE_GRANULE_LOG2 16u
+#define KEEL_CACHE_GRANULE ((uint64_t)1 << KEEL_CACHE_GRANULE_LOG2)
+#define KEEL_CACHE_PINNED 3u      /* granules 0-2: headers and live page */
+/* Defaults: memory for the image 1 GiB, disk cache 10 GiB (when a directory
+** is given), a reader looks for a newer version every 5 s. */
+#define KEEL_CACHE_MEMORY_DFLT ((uint64_t)1 << 30)
+#define KEEL_CACHE_DISK_DFLT ((uint64_t)10 << 30)
+#define KEEL_CACHE_POLL_MS 5000u
+/* The least memory a cache keeps, in granules: one expansion of a search
+** announces up to 2 x 32 neighbours' vectors and records, and a bound below
+** twice that would evict a batch's own granules before the search reads
+** them (measured: a 19-granule bound under a 150-granule index cost 1,500
+** GETs per search, against 60-130 GETs with this floor). 8 MiB. */
+#define KEEL_CACHE_MIN_GRANULES (128u + KEEL_CACHE_PINNED)
+
+/* Granule state bits. */
+#define KEEL_G_IN     1u   /* installed in the memfd */
+#define KEEL_G_REF    2u   /* used since the clock hand last passed */
+#define KEEL_G_POISON 4u   /* zeros a failed fault wrote */
+
+typedef struct keel_cache_config {
+    const char *url;           /* s3://BUCKET/PREFIX */
+    const char *cache_dir;     /* NULL or "": no disk cache */
+    uint64_t cache_bytes;      /* disk limit; 0: KEEL_CACHE_DISK_DFLT */
+    uint64_t memory_bytes;     /* memory limit; 0: KEEL_CACHE_MEMORY_DFLT */
+} keel_cache_config;
+
+/* What a cache did (tests, and the numbers of doc/objstore.md). */
+typedef struct keel_cache_counters {
+    uint64_t gets;             /* ranged GETs of pack bytes */
+    uint64_t get_bytes;
+    uint64_t meta_gets;        /* requests for manifests and the hint */
+    uint64_t disk_hits;        /* pages read from the disk cache */
+    uint64_t faults;           /* granules the fault thread installed */
+    uint64_t evictions;        /* granules punched out of memory */
+    uint64_t resident;         /* granules in memory now */
+    uint64_t failures;         /* fetches that failed */
+    uint64_t seq;              /* the pinned version */
+} keel_cache_counters;
+
+typedef struct keel_cache_region {
+    uintptr_t addr;
+    size_t len;
+    uint64_t off;
+} keel_cache_region;
+
+typedef struct keel_cache {
+    char url[1200], bucket[64], prefix[1024];
+    keel_manifest man;         /* the pinned version (invariant 3) */
+    int memfd;
+    uint64_t size;             /* the memfd's length */
+    uint8_t *state;            /* per granule, atomic; ngran entries */
+    uint64_t ngran;
+    uint64_t mem_limit;        /* granules */
+    uint64_t resident;         /* atomic */
+    uint64_t hand;             /* clock hand, under mu */
+    pthread_mutex_t mu;        /* regions, eviction, poison, pool, message */
+    keel_cache_region *regions;
+    size_t nregions, regions_cap;
+    uint64_t *poison;          /* poisoned granules, under mu */
+    size_t npoison, poison_cap;
+    uint64_t gen;              /* atomic: bumped by every poisoning and heal */
+    char fail_msg[1024];       /* the last failure, under mu */
+    keel_disk *disk;
+    keel_s3 **idle;            /* clients not in use, under mu */
+    size_t nidle, idle_cap;
+    keel_s3 *fault_s3;         /* the fault thread's own client */
+    int uffd;
+    pthread_t thread;
+    int thread_started;
+    int stop;                  /* atomic */
+    pid_t owner;
+    double polled_at;          /* seconds (monotonic), last look for newer */
+    char latest_etag[KEEL_S3_ETAG_MAX]; /* of the hint at the last look, */
+    uint64_t latest_hint;      /* and what it said (both under mu) */
+    keel_cache_counters n;     /* atomic fields */
+} keel_cache;
+
+/* Opens url's newest version (cache.c). Errors name the URL: no version
+** published, the server's refusals (s3.h) with the bucket or key. */
+int keel__cache_open(const keel_cache_config *cfg, keel_cache **out);
+void keel__cache_close(keel_cache *c);
+/* The parts of open (tests build a cache of a manifest of their own):
+** alloc, then fill url, bucket, prefix and man, then start (memfd, the
+** pinned pages, the userfaultfd and its thread); close either way. */
+keel_cache *keel__cache_alloc(void);
+int keel__cache_start(keel_cache *c, uint64_t memory_bytes);
+
+/* A new mapping of the memfd at addr (len bytes, file offset off): faults
+** in it are the cache's from now on. */
+int keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off);
+
+/* The announced path: brings the granules of r[0..n) in (r[i].off and
+** len: file offsets) with the batch-read policy. KEEL_OK, KEEL_EIO with
+** the fetch's message, KEEL_ENOMEM. */
+int keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
+                      keel_br_scratch *s);
+
+/* The same for len bytes at addr in a mapping of the memfd (warm). */
+int keel__cache_bring_addr(keel_cache *c, const void *addr, size_t len,
+                           keel_br_scratch *s);
+
+/* A call that reads through the cache: begin heals poisoned granules and
+** returns the generation; end returns rc, or KEEL_EIO with the failure's
+** message if a fault failed meanwhile. */
+uint64_t keel__cache_begin(keel_cache *c);
+int keel__cache_end(keel_cache *c, uint64_t gen, int rc);
+
+/* Looks for a version newer than the pinned one (always with force, else
+** at most every KEEL_CACHE_POLL_MS): *next gets it (free with
+** keel__manifest_free; seq 0: none newer). The network part: no lock
+** needed. */
+int keel__cache_poll(keel_cache *c, int force, keel_manifest *next);
+/* Pins next (taken over): punches the granules whose hash changed and
+** installs the new header and live pages. Invariant 3: the caller holds
+** off every reader of the store. */
+int keel__cache_switch(keel_cache *c, keel_manifest *next);
+
+void keel__cache_counters(keel_cache *c, keel_cache_counters *out);
+
+/* Most GETs in flight at once in this process since the last reset
+** (counted by remote.c around every batch of ranged GETs). */
+uint64_t keel__cache_inflight_max(void);
+void keel__cache_inflight_reset(void);
+
+/* remote.c: fetches granules g[0..n) of the pinned version into bufs
+** (n x KEEL_CACHE_GRANULE bytes) from the disk cache or with ranged GETs
+** (up to inflight at once) through client s3; checks each against its
+** hash and stores fetched ones in the disk cache. */
+int keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g,
+                       size_t n, uint8_t *bufs, uint32_t inflight);
+/* The newest version at the URL no older than `after` (0: any), decoded
+** into *m; seq 0 if none is newer. Requests go through s3. */
+int keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
+                        keel_manifest *m);
+/* A client from the cache's pool, and back. */
+keel_s3 *keel__remote_client(keel_cache *c);
+void keel__remote_release(keel_cache *c, keel_s3 *s3);
+/* Writes granule g's bytes into the memfd and marks it installed. */
+int keel__cache_install(keel_cache *c, uint64_t g, const uint8_t *buf);
+
+#endif /* KEEL_CACHE_H */

@@ -1,0 +1,420 @@
+/* remote.c -- a published index's bytes from its object store: the newest
+** manifest, pages fetched and checked, and the batch-read source that
+** brings a search's granules in with the seed's policy (cache.h).
+**
+** Invariants:
+**   (1) A page reaches the memfd or the disk cache only after its bytes
+**       hashed to the manifest's xxh3-128 for it: a short, damaged or
+**       changed object is an error, never a result and never cached.
+**   (2) GETs in flight: a batch of the announced path puts at most
+**       1 + (runs the allowance granted) GETs on the wire, the fault
+**       thread one; the allowance comes back only after they are all
+**       answered (batch_reads.h, invariant (a)). inflight_now counts them
+**       process-wide, inflight_max keeps the most (tests).
+**   (3) The newest version is the largest N whose manifest exists; the
+**       `latest` hint only says where to start looking (doc/objstore.md).
+*/
+#include "cache/cache.h"
+#include "os/os.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+#define G KEEL_CACHE_GRANULE
+#define KEY_MAX 1200
+
+static uint64_t inflight_now, inflight_max; /* atomic, invariant (2) */
+
+uint64_t
+keel__cache_inflight_max(void)
+{
+    return KEEL_LOAD_RELAXED(&inflight_max);
+}
+
+void
+keel__cache_inflight_reset(void)
+{
+    KEEL_STORE_RELAXED(&inflight_max, 0);
+}
+
+/* --- clients -------------------------------------------------------------- */
+
+keel_s3 *
+keel__remote_client(keel_cache *c)
+{
+    keel_s3 *s3 = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->nidle)
+        s3 = c->idle[--c->nidle];
+    pthread_mutex_unlock(&c->mu);
+    if (!s3 && keel__s3_open(NULL, &s3) != KEEL_OK)
+        return NULL;
+    return s3;
+}
+
+void
+keel__remote_release(keel_cache *c, keel_s3 *s3)
+{
+    if (!s3)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->nidle == c->idle_cap) {
+        size_t cap = c->idle_cap ? 2 * c->idle_cap : 8;
+        keel_s3 **p = keel__realloc(c->idle, cap * sizeof *p);
+        if (p) {
+            c->idle = p;
+            c->idle_cap = cap;
+        }
+    }
+    if (c->nidle < c->idle_cap) {
+        c->idle[c->nidle++] = s3;
+        s3 = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    keel__s3_close(s3);
+}
+
+/* --- versions ------------------------------------------------------------- */
+
+static int
+wrap(keel_cache *c, int rc)
+{
+    return keel__wrap(rc, "opening %s: ", c->url);
+}
+
+/* Whether manifest/<seq> exists (1), not (0), or an error (<0 as KEEL_E*
+** negated is not used: returns the code with a message, as rc > 1). */
+static int
+manifest_exists(keel_cache *c, keel_s3 *s3, uint64_t seq, int *exists)
+{
+    char key[KEY_MAX];
+    keel_s3_object o;
+    keel__man_key(key, sizeof key, c->prefix, seq);
+    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    int rc = keel__s3_head(s3, c->bucket, key, &o);
+    *exists = rc == KEEL_OK;
+    if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket")) {
+        keel__clear_error();
+        return KEEL_OK;
+    }
+    return rc;
+}
+
+int
+keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
+                    keel_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    char key[KEY_MAX];
+    uint64_t seq = after;
+    /* The hint, if it points further than we are. */
+    void *data = NULL;
+    size_t len = 0;
+    char etag[KEEL_S3_ETAG_MAX];
+    uint64_t hint = 0;
+    pthread_mutex_lock(&c->mu);
+    snprintf(etag, sizeof etag, "%s", c->latest_etag);
+    hint = c->latest_hint;
+    pthread_mutex_unlock(&c->mu);
+    keel__latest_key(key, sizeof key, c->prefix);
+    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    /* Conditional: an unchanged hint is a 304 without a body. */
+    keel_s3_object o;
+    int rc = keel__s3_get(s3, c->bucket, key, *etag ? etag : NULL, 64, &data,
+                          &len, &o);
+    if (rc == KEEL_OK || rc == KEEL_S3_NOT_MODIFIED) {
+        if (rc == KEEL_OK) {
+            char text[65] = {0};
+            memcpy(text, data, KEEL_MIN(len, (size_t)64));
+            keel__free(data);
+            hint = strtoull(text, NULL, 10);
+            pthread_mutex_lock(&c->mu);
+            snprintf(c->latest_etag, sizeof c->latest_etag, "%s", o.etag);
+            c->latest_hint = hint;
+            pthread_mutex_unlock(&c->mu);
+        }
+        rc = KEEL_OK;
+        int exists = 0;
+        if (hint > seq) {
+            if ((rc = manifest_exists(c, s3, hint, &exists)))
+                return wrap(c, rc);
+            if (exists)
+                seq = hint; /* verified, not trusted */
+        }
+    } else if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket")) {
+        keel__clear_error(); /* no hint: probe from where we are */
+    } else {
+        return wrap(c, rc);
+    }
+    for (;;) {
+        int exists;
+        if ((rc = manifest_exists(c, s3, seq + 1, &exists)))
+            return wrap(c, rc);
+        if (!exists)
+            break;
+        seq++;
+    }
+    if (seq == after)
+        return KEEL_OK; /* nothing newer */
+    keel__man_key(key, sizeof key, c->prefix, seq);
+    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    rc = keel__s3_get(s3, c->bucket, key, NULL, KEEL_MAN_MAX_BYTES, &data,
+                      &len, NULL);
+    if (rc)
+        return wrap(c, rc);
+    rc = keel__manifest_decode(data, len, key, m);
+    keel__free(data);
+    if (rc == KEEL_OK && m->npages < KEEL_CACHE_PINNED) {
+        keel__manifest_free(m);
+        rc = KEEL_CORRUPT("manifest %s describes %" PRIu64 " pages, fewer "
+                          "than an index has", key, m->npages);
+    }
+    return rc ? wrap(c, rc) : KEEL_OK;
+}
+
+/* --- pages ------------------------------------------------------------------ */
+
+typedef struct miss {
+    size_t i;                 /* index in the caller's list */
+    keel_man_page pg;
+    keel_man_pack pk;
+} miss;
+
+int
+keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
+                   uint8_t *bufs, uint32_t inflight)
+{
+    if (n == 0)
+        return KEEL_OK;
+    miss *ms = keel__malloc(n * sizeof *ms);
+    keel_s3_range *rs = keel__malloc(n * sizeof *rs);
+    char *keys = keel__malloc(n * (size_t)KEY_MAX);
+    if (!ms || !rs || !keys) {
+        keel__free(ms);
+        keel__free(rs);
+        keel__free(keys);
+        return KEEL_ENOMEM;
+    }
+    /* The pinned version's entries (cache.h invariant 3 keeps them steady
+     * while a caller reads; copied under mu all the same). Zero pages need
+     * no fetch. */
+    size_t nm = 0, nr = 0;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (g[i] >= c->man.npages ||
+            c->man.pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
+            memset(bufs + i * G, 0, G);
+            continue;
+        }
+        ms[nm].i = i;
+        ms[nm].pg = c->man.pages[g[i]];
+        ms[nm].pk = c->man.packs[ms[nm].pg.pack];
+        nm++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* The disk cache, then runs of neighbouring pages of one pack, in the
+     * caller's order: one GET each. */
+    size_t k = 0;
+    for (size_t j = 0; j < nm; j++) {
+        uint8_t *b = bufs + ms[j].i * G;
+        if (c->disk &&
+            keel__disk_get(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo, b)) {
+            __atomic_add_fetch(&c->n.disk_hits, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        ms[k] = ms[j];
+        if (k && ms[k - 1].i + 1 == ms[k].i &&
+            ms[k - 1].pg.pack == ms[k].pg.pack &&
+            ms[k - 1].pg.off + G == ms[k].pg.off) {
+            rs[nr - 1].len += G;
+        } else {
+            char *key = keys + nr * KEY_MAX;
+            keel__pack_key(key, KEY_MAX, c->prefix, &ms[k].pk);
+            rs[nr++] = (keel_s3_range){key, ms[k].pg.off, G, b};
+        }
+        k++;
+    }
+    nm = k;
+    int rc = KEEL_OK;
+    if (nr) {
+        uint64_t fly = KEEL_MIN((uint64_t)KEEL_MAX(inflight, 1u), (uint64_t)nr);
+        uint64_t now = __atomic_add_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
+        uint64_t max = KEEL_LOAD_RELAXED(&inflight_max);
+        while (now > max && !__atomic_compare_exchange_n(
+                   &inflight_max, &max, now, 1, __ATOMIC_RELAXED,
+                   __ATOMIC_RELAXED))
+            ;
+        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly);
+        __atomic_sub_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->n.gets, nr, __ATOMIC_RELAXED);
+        for (size_t j = 0; j < nr; j++)
+            __atomic_add_fetch(&c->n.get_bytes, rs[j].len, __ATOMIC_RELAXED);
+        if (rc)
+            rc = keel__wrap(rc, "reading page %" PRIu64 " of %s: ",
+                            g[ms[0].i], c->url);
+    }
+    /* Invariant (1). */
+    for (size_t j = 0; j < nm && rc == KEEL_OK; j++) {
+        const uint8_t *b = bufs + ms[j].i * G;
+        XXH128_hash_t h = XXH3_128bits(b, G);
+        if (h.high64 != ms[j].pg.hash_hi || h.low64 != ms[j].pg.hash_lo) {
+            char key[KEY_MAX];
+            keel__pack_key(key, sizeof key, c->prefix, &ms[j].pk);
+            rc = keel__fail(KEEL_EIO, "page %" PRIu64 " of %s does not match "
+                            "its manifest: the %zu bytes at %" PRIu64 " of "
+                            "object %s hash to another value\nhelp: the "
+                            "object was changed or damaged on the server; "
+                            "publish the index again, then retry",
+                            g[ms[j].i], c->url, (size_t)G, ms[j].pg.off, key);
+        }
+    }
+    if (rc == KEEL_OK && c->disk)
+        for (size_t j = 0; j < nm; j++)
+            keel__disk_put(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo,
+                           bufs + ms[j].i * G);
+    if (rc)
+        __atomic_add_fetch(&c->n.failures, 1, __ATOMIC_RELAXED);
+    keel__free(ms);
+    keel__free(rs);
+    keel__free(keys);
+    return rc;
+}
+
+/* --- the announced path: a batch-read source -------------------------------- */
+
+/* The source reads nothing in read(): it notes each run's granules, and
+** wait() fetches every run of the batch at once, as many GETs in flight as
+** the batch was granted runs (invariant 2), then installs them. */
+typedef struct rsrc {
+    keel_cache *c;
+    keel_s3 *s3;
+    uint64_t *g;
+    size_t ng, cap;
+    uint32_t runs;
+    int failed;
+    char msg[1024];
+} rsrc;
+
+static long
+rsrc_read(void *self, const keel_br_run *run, const void **out)
+{
+    rsrc *s = self;
+    for (size_t i = 0; i < run->n; i++) {
+        const keel_br_range *r = &run->r[i];
+        for (uint64_t g = r->off / G; g * G < r->off + r->len; g++) {
+            if (s->ng && s->g[s->ng - 1] >= g)
+                continue; /* ranges are sorted: a granule met already */
+            if (s->ng == s->cap) {
+                size_t cap = s->cap ? 2 * s->cap : 64;
+                uint64_t *p = keel__realloc(s->g, cap * sizeof *p);
+                if (!p)
+                    return -ENOMEM;
+                s->g = p;
+                s->cap = cap;
+            }
+            s->g[s->ng++] = g;
+        }
+        out[i] = r->addr ? r->addr : (const void *)run->r;
+    }
+    s->runs++;
+    return (long)run->n;
+}
+
+static int
+rsrc_wait(void *self)
+{
+    rsrc *s = self;
+    if (!s->ng)
+        return 0;
+    uint8_t *bufs = keel__malloc(s->ng * G);
+    int rc = bufs ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs, s->runs)
+                  : KEEL_ENOMEM;
+    for (size_t i = 0; i < s->ng && rc == KEEL_OK; i++)
+        rc = keel__cache_install(s->c, s->g[i], bufs + i * G);
+    keel__free(bufs);
+    s->ng = 0;
+    s->runs = 0;
+    if (rc == KEEL_OK)
+        return 0;
+    s->failed = rc;
+    snprintf(s->msg, sizeof s->msg, "%s", keel_errmsg());
+    return rc == KEEL_ENOMEM ? -ENOMEM : -EIO;
+}
+
+int
+keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
+                  keel_br_scratch *sc)
+{
+    /* Only the granules not in memory go to the policy. */
+    keel_br_range local[128];
+    keel_br_range *want = local;
+    size_t nw = 0, cap = sizeof local / sizeof local[0];
+    int rc = KEEL_OK;
+    for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
+        if (!r[i].len)
+            continue;
+        uint64_t last = (r[i].off + r[i].len - 1) / G;
+        for (uint64_t g = r[i].off / G; g <= last && g < c->ngran; g++) {
+            uint8_t st = KEEL_LOAD_ACQUIRE(&c->state[g]);
+            if (st & KEEL_G_IN) {
+                if (!(st & KEEL_G_REF))
+                    __atomic_fetch_or(&c->state[g], KEEL_G_REF,
+                                      __ATOMIC_RELAXED);
+                continue;
+            }
+            if (nw == cap) {
+                keel_br_range *p = keel__malloc(2 * cap * sizeof *p);
+                if (!p) {
+                    rc = KEEL_ENOMEM;
+                    break;
+                }
+                memcpy(p, want, nw * sizeof *p);
+                if (want != local)
+                    keel__free(want);
+                want = p;
+                cap *= 2;
+            }
+            want[nw++] = (keel_br_range){g * G, G, NULL};
+        }
+    }
+    if (rc == KEEL_OK && nw) {
+        const void **out = keel__malloc(nw * sizeof *out);
+        rsrc s = {.c = c, .s3 = keel__remote_client(c)};
+        if (!out || !s.s3) {
+            rc = KEEL_ENOMEM;
+        } else {
+            keel_br_source src = {rsrc_read, rsrc_wait, &s};
+            rc = keel__br_read(&src, NULL, want, nw, out, sc);
+            if (rc && s.failed == KEEL_EIO)
+                rc = keel__fail(KEEL_EIO, "%s", s.msg); /* the fetch's own */
+        }
+        keel__remote_release(c, s.s3);
+        keel__free(s.g);
+        keel__free(out);
+    }
+    if (want != local)
+        keel__free(want);
+    return rc;
+}
+
+int
+keel__cache_bring_addr(keel_cache *c, const void *addr, size_t len,
+                       keel_br_scratch *s)
+{
+    uintptr_t a = (uintptr_t)addr;
+    keel_br_range r = {UINT64_MAX, 0, addr};
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nregions; i++) {
+        const keel_cache_region *g = &c->regions[i];
+        if (a >= g->addr && a - g->addr < g->len) {
+            r.off = g->off + (a - g->addr);
+            r.len = KEEL_MIN((uint64_t)len, g->len - (a - g->addr));
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return r.off == UINT64_MAX ? KEEL_OK : keel__cache_bring(c, &r, 1, s);
+}

@@ -1,0 +1,32 @@
+#!/bin/bash
+# cli.sh -- the CLI on a published index: `keel publish INDEX s3://...`,
+# then info, check and search with the URL in place of the file, whose
+# results must equal the file's. Run by `make test-objstore` (run.sh gives
+# the gateway's AWS_* variables and KEEL_TEST_BUCKET); KEEL is the binary.
+set -eu
+KEEL=${KEEL:-build/keel}
+KEEL=$(cd "$(dirname "$KEEL")" && pwd)/$(basename "$KEEL")
+T=$(mktemp -d "${TMPDIR:-/tmp}/keel-cli-s3.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL cli.sh: $*" >&2; exit 1; }
+cd "$T"
+python3 - <<'PY'
+import random, struct
+random.seed(7)
+with open("v.fvecs", "wb") as f:
+    for _ in range(2000):
+        f.write(struct.pack("<i", 16) + struct.pack("<16f", *[random.random() for _ in range(16)]))
+PY
+URL="s3://$KEEL_TEST_BUCKET/test-cli/$$/idx"
+"$KEEL" build i.keel v.fvecs >/dev/null || fail "build"
+"$KEEL" publish i.keel "$URL" | grep -q "published i.keel to $URL" || fail "publish"
+"$KEEL" info "$URL" | grep -q "live vectors: *2000" || fail "info on the URL"
+"$KEEL" check "$URL" | grep -q "^ok: $URL" || fail "check on the URL"
+"$KEEL" search i.keel v.fvecs -k 5 --out file.tsv >/dev/null 2>&1 || fail "search the file"
+KEEL_CACHE_DIR="$T/cache" "$KEEL" search "$URL" v.fvecs -k 5 --out url.tsv >/dev/null 2>&1 ||
+    fail "search the URL"
+cmp -s file.tsv url.tsv || fail "the URL's results differ from the file's"
+[ -n "$(ls "$T/cache")" ] || fail "no page in the disk cache"
+"$KEEL" publish i.keel "s3://keel-no-such-bucket/x" 2>err.txt && fail "publish to a missing bucket"
+grep -q "help:" err.txt || fail "no help line for a missing bucket"
+echo "ok   cli.sh: publish, info, check and search on $URL"

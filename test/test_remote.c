@@ -1,0 +1,745 @@
+/* test_remote.c -- readers of published indexes (keel_open_reader of an
+** s3:// URL) against a real object store, and the page cache under them.
+**
+** The tests that need a server run under `make test-objstore`, which starts
+** a Ceph RADOS Gateway on 127.0.0.1; without KEEL_TEST_BUCKET they say so
+** and pass. The page cache's own tests (disk directory, memory bound, a
+** fault whose fetch fails) need no server and run in `make test` too.
+*/
+#include "test.h"
+#include "lib/testdata.h"
+
+#include "base/internal.h"
+#include "api/api.h"
+#include "api/publish.h"
+#include "cache/cache.h"
+#include "s3/s3.h"
+
+#include <pthread.h>
+#include <sys/wait.h>
+#include <xxhash.h>
+
+#define DIM 32
+#define N 3000
+#define NQ 30
+#define K 10
+#define G KEEL_CACHE_GRANULE
+
+static const char *
+bucket(void)
+{
+    return getenv("KEEL_TEST_BUCKET");
+}
+
+#define NEED_SERVER()                                                       \
+    do {                                                                    \
+        if (!bucket())                                                      \
+            TEST_SKIP("no object store: make test-objstore starts one");    \
+    } while (0)
+
+static void
+url_of(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "s3://%s/test-remote/%d/%s", bucket(), (int)getpid(),
+             name);
+}
+
+/* A fresh directory under the test directory. */
+static const char *
+dir_of(const char *name)
+{
+    const char *p = test_path(name);
+    mkdir(p, 0700);
+    return p;
+}
+
+static uint64_t
+counter(keel_index *r, int which)
+{
+    keel_cache_counters n;
+    if (keel__remote_counters(r, &n) != KEEL_OK)
+        return UINT64_MAX;
+    switch (which) {
+    case 0: return n.gets;
+    case 1: return n.evictions;
+    case 2: return n.disk_hits;
+    case 3: return n.faults;
+    default: return n.seq;
+    }
+}
+#define GETS(r) counter(r, 0)
+#define EVICTIONS(r) counter(r, 1)
+#define DISK_HITS(r) counter(r, 2)
+#define FAULTS(r) counter(r, 3)
+#define SEQ(r) counter(r, 4)
+
+/* Builds an index of n vectors at path and publishes it to url. */
+static keel_index *
+build_n(const char *path, const char *url, keel_metric metric,
+        keel_precision prec, uint64_t seed, size_t n)
+{
+    keel_options o = {.metric = metric, .precision = prec};
+    keel_index *w;
+    if (keel_open(path, DIM, &o, &w))
+        return NULL;
+    float *v = td_random(n, DIM, seed);
+    int rc = keel_add_batch(w, v, n, NULL, NULL);
+    free(v);
+    if (rc || keel_flush(w) || keel_publish(w, url, NULL)) {
+        keel_close(w);
+        return NULL;
+    }
+    return w;
+}
+
+static keel_index *
+build(const char *path, const char *url, keel_metric metric,
+      keel_precision prec, uint64_t seed)
+{
+    return build_n(path, url, metric, prec, seed, N);
+}
+
+/* Searches both handles with the same queries (and params): equal ids and
+** distance bits; 1 if so. */
+static int
+same_results(keel_index *a, keel_index *b, uint64_t seed,
+             const keel_search_params *p)
+{
+    float *q = td_random(NQ, DIM, seed);
+    int same = 1;
+    for (int i = 0; i < NQ && same; i++) {
+        keel_result ra[K], rb[K];
+        size_t na = 0, nb = 0;
+        int x = keel_search(a, q + i * DIM, K, p, ra, &na);
+        int y = keel_search(b, q + i * DIM, K, p, rb, &nb);
+        if (x || y || na != nb || na == 0) {
+            fprintf(stderr, "  search %d: rc %d/%d, n %zu/%zu: %s\n", i, x, y,
+                    na, nb, keel_errmsg());
+            same = 0;
+        }
+        for (size_t j = 0; same && j < na; j++)
+            same = ra[j].id == rb[j].id &&
+                   memcmp(&ra[j].distance, &rb[j].distance, 4) == 0;
+    }
+    free(q);
+    return same;
+}
+
+/* The results of the NQ queries of seed as one hash (for other processes). */
+static uint64_t
+results_hash(keel_index *r, uint64_t seed, int *rc)
+{
+    float *q = td_random(NQ, DIM, seed);
+    uint64_t h = 1469598103934665603ull;
+    *rc = KEEL_OK;
+    for (int i = 0; i < NQ && !*rc; i++) {
+        keel_result res[K];
+        size_t n = 0;
+        *rc = keel_search(r, q + i * DIM, K, NULL, res, &n);
+        for (size_t j = 0; j < n; j++) {
+            uint32_t d;
+            memcpy(&d, &res[j].distance, 4);
+            h = (h ^ res[j].id ^ ((uint64_t)d << 32)) * 1099511628211ull;
+        }
+    }
+    free(q);
+    return h;
+}
+
+/* --- the page cache, no server --------------------------------------------- */
+
+TEST(the_disk_cache_is_checked_bounded_and_shared_by_name)
+{
+    const char *dir = dir_of("disk");
+    keel_disk *d;
+    CHECK_OK(keel__disk_open(dir, 4 * KEEL_DISK_PAGE, &d));
+    uint8_t *page = malloc(KEEL_DISK_PAGE), *back = malloc(KEEL_DISK_PAGE);
+    XXH128_hash_t h[8];
+    for (int i = 0; i < 8; i++) {
+        memset(page, 'a' + i, KEEL_DISK_PAGE);
+        h[i] = XXH3_128bits(page, KEEL_DISK_PAGE);
+        keel__disk_put(d, h[i].high64, h[i].low64, page);
+        struct timespec t = {0, 2000000};
+        nanosleep(&t, NULL); /* distinct ages */
+    }
+    /* Bounded: the oldest went first. */
+    CHECK(keel__disk_evicted(d) > 0);
+    CHECK(keel__disk_bytes(d) <= 4 * KEEL_DISK_PAGE);
+    CHECK(keel__disk_get(d, h[7].high64, h[7].low64, back) == 1);
+    CHECK(back[100] == 'a' + 7);
+    CHECK(keel__disk_get(d, h[0].high64, h[0].low64, back) == 0);
+    /* A second handle on the same directory (another process) sees it. */
+    keel_disk *d2;
+    CHECK_OK(keel__disk_open(dir, 4 * KEEL_DISK_PAGE, &d2));
+    CHECK(keel__disk_get(d2, h[7].high64, h[7].low64, back) == 1);
+    /* A damaged file is a miss, never a page. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%016llx%016llx", dir,
+             (unsigned long long)h[7].high64, (unsigned long long)h[7].low64);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    fseek(f, 5000, SEEK_SET);
+    fputc('Z', f);
+    fclose(f);
+    CHECK(keel__disk_get(d2, h[7].high64, h[7].low64, back) == 0);
+    CHECK(keel__disk_get(d, h[7].high64, h[7].low64, back) == 0);
+    keel__disk_close(d);
+    keel__disk_close(d2);
+    free(page);
+    free(back);
+}
+
+/* A cache over a manifest of our own: npages pages, all zero but page
+** `bad`, which lies in a pack on an endpoint nothing listens on. */
+static keel_cache *
+fake_cache(uint64_t npages, uint64_t bad, uint64_t memory, int *rc)
+{
+    keel_cache *c = keel__cache_alloc();
+    snprintf(c->url, sizeof c->url, "s3://nobucket/p");
+    snprintf(c->bucket, sizeof c->bucket, "nobucket");
+    snprintf(c->prefix, sizeof c->prefix, "p");
+    c->man.seq = 1;
+    c->man.npages = npages;
+    c->man.image_len = npages * G;
+    c->man.npacks = 1;
+    c->man.packs = keel__calloc(1, sizeof *c->man.packs);
+    c->man.packs[0].bytes = G;
+    c->man.pages = keel__calloc(npages, sizeof *c->man.pages);
+    for (uint64_t i = 0; i < npages; i++)
+        c->man.pages[i].pack = i == bad ? 0 : KEEL_MAN_ZERO_PAGE;
+    *rc = keel__cache_start(c, memory);
+    return c;
+}
+
+static void
+set_env(const char *name, const char *value, char *saved, size_t cap)
+{
+    const char *e = getenv(name);
+    snprintf(saved, cap, "%s", e ? e : "");
+    setenv(name, value, 1);
+}
+
+static void
+restore_env(const char *name, const char *saved)
+{
+    if (*saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+}
+
+TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
+{
+    char ep[512], ak[128], sk[128];
+    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
+    set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
+    set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
+    int rc;
+    uint64_t npages = 2 * KEEL_CACHE_MIN_GRANULES, bad = 40;
+    keel_cache *c = fake_cache(npages, bad, 1, &rc);
+    restore_env("AWS_ENDPOINT_URL", ep);
+    restore_env("AWS_ACCESS_KEY_ID", ak);
+    restore_env("AWS_SECRET_ACCESS_KEY", sk);
+    if (rc) {
+        keel__cache_close(c);
+        CHECK_OK(rc);
+    }
+    void *m;
+    CHECK_OK(keel__os->map(c->memfd, 0, npages * G, 0, &m));
+    CHECK_OK(keel__cache_register(c, m, npages * G, 0));
+    const volatile uint8_t *p = m;
+    /* Every page but `bad` faults in (zeros, no network), within the
+     * bound: the rest were punched (counted). */
+    uint64_t gen = keel__cache_begin(c);
+    unsigned sum = 0;
+    for (int round = 0; round < 2; round++)
+        for (uint64_t g = 0; g < npages; g++)
+            if (g != bad)
+                sum += p[g * G + 123];
+    CHECK_EQ(sum, 0);
+    CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
+    keel_cache_counters n;
+    keel__cache_counters(c, &n);
+    printf("     %llu faults, %llu evictions, %llu resident of %u\n",
+           (unsigned long long)n.faults, (unsigned long long)n.evictions,
+           (unsigned long long)n.resident, KEEL_CACHE_MIN_GRANULES);
+    CHECK(n.faults >= npages - 4);
+    CHECK(n.evictions > 0);
+    CHECK(n.resident <= KEEL_CACHE_MIN_GRANULES);
+    CHECK_EQ(n.gets, 0);
+    /* The pinned pages stayed. */
+    CHECK(c->state[0] & KEEL_G_IN);
+    /* A fault whose fetch fails: the load completes, the call fails. */
+    gen = keel__cache_begin(c);
+    sum = p[bad * G + 7];
+    CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
+    CHECK_MSG_HAS("127.0.0.1:1");
+    CHECK_MSG_HAS("help:");
+    /* The next call starts clean (the poisoned page is punched) and meets
+     * the same failure again rather than the zeros. */
+    gen = keel__cache_begin(c);
+    CHECK(!(c->state[bad] & KEEL_G_IN));
+    CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
+    gen = keel__cache_begin(c);
+    sum += p[bad * G + 9];
+    CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
+    keel__os->unmap(m, npages * G);
+    keel__cache_close(c);
+}
+
+/* --- readers of published indexes -------------------------------------------- */
+
+TEST(a_url_searches_like_the_file)
+{
+    NEED_SERVER();
+    static const struct {
+        keel_metric m;
+        keel_precision p;
+        const char *name;
+    } kinds[] = {{KEEL_L2, KEEL_F32, "l2"},
+                 {KEEL_COSINE, KEEL_F32, "cos"},
+                 {KEEL_L2, KEEL_F16, "f16"}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char url[256], file[64];
+        url_of(url, sizeof url, kinds[k].name);
+        snprintf(file, sizeof file, "%s.keel", kinds[k].name);
+        keel_index *w = build(test_path(file), url, kinds[k].m, kinds[k].p,
+                              100 + k);
+        CHECK(w != NULL);
+        keel_options o = {.cache_dir = dir_of("cache-search")};
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, &o, &r));
+        CHECK(same_results(w, r, 7 + k, NULL));
+        /* allow-lists: an id array, and a prepared one */
+        uint64_t *ids = malloc(N / 3 * sizeof *ids);
+        for (size_t i = 0; i < N / 3; i++)
+            ids[i] = 3 * i + 1;
+        keel_search_params p = {.allowed = ids, .n_allowed = N / 3};
+        CHECK(same_results(w, r, 17 + k, &p));
+        keel_filter *f;
+        CHECK_OK(keel_filter_new(ids, 40, &f));
+        keel_search_params pf = {.allowed_filter = f};
+        CHECK(same_results(w, r, 27 + k, &pf));
+        keel_filter_free(f);
+        free(ids);
+        printf("     %s: %llu GETs, %llu faults\n", kinds[k].name,
+               (unsigned long long)GETS(r), (unsigned long long)FAULTS(r));
+        CHECK(GETS(r) > 0);
+        keel_close(r);
+        keel_close(w);
+    }
+}
+
+TEST(get_ids_count_stat_and_check_work_on_a_url)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "calls");
+    keel_index *w = build(test_path("calls.keel"), url, KEEL_L2, KEEL_F32, 5);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(keel_count(r), N);
+    CHECK_EQ(keel_dim(r), DIM);
+    float a[DIM], b[DIM];
+    for (uint64_t id = 0; id < N; id += 97) {
+        CHECK_OK(keel_get(w, id, a));
+        CHECK_OK(keel_get(r, id, b));
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+    CHECK_ERR(keel_get(r, N + 5, b), KEEL_ENOTFOUND);
+    uint64_t want[5] = {4, 400, 1999, 7, 2999};
+    float *ga = malloc(5 * DIM * sizeof *ga), *gb = malloc(5 * DIM * sizeof *gb);
+    CHECK_OK(keel_get_batch(w, want, 5, ga, NULL));
+    CHECK_OK(keel_get_batch(r, want, 5, gb, NULL));
+    CHECK(memcmp(ga, gb, 5 * DIM * sizeof *ga) == 0);
+    free(ga);
+    free(gb);
+    uint64_t ia[50], ib[50];
+    size_t na, nb;
+    CHECK_OK(keel_ids(w, 100, ia, 50, &na));
+    CHECK_OK(keel_ids(r, 100, ib, 50, &nb));
+    CHECK_EQ(na, nb);
+    CHECK(memcmp(ia, ib, na * sizeof *ia) == 0);
+    keel_stats s;
+    CHECK_OK(keel_stat(r, &s));
+    CHECK_EQ(s.count, N);
+    CHECK_EQ(s.dim, DIM);
+    CHECK_EQ(s.is_reader, 1);
+    CHECK_OK(keel_check(r));
+    /* writes and backups are refused, each with its own word */
+    float v[DIM] = {0};
+    uint64_t id;
+    CHECK_ERR(keel_add(r, v, &id), KEEL_EREADONLY);
+    CHECK_ERR(keel_delete(r, 3), KEEL_EREADONLY);
+    CHECK_ERR(keel_flush(r), KEEL_EREADONLY);
+    CHECK_ERR(keel_backup(r, test_path("b.keel")), KEEL_EINVAL);
+    CHECK_MSG_HAS("published index");
+    keel_index *x;
+    CHECK_ERR(keel_open(url, DIM, NULL, &x), KEEL_EREADONLY);
+    CHECK_MSG_HAS("keel_open_reader");
+    /* warm reads the rest in; searches then fetch nothing */
+    CHECK_OK(keel_warm(r));
+    for (int i = 0; i < 200; i++) {
+        struct timespec t = {0, 20000000};
+        nanosleep(&t, NULL);
+        keel_stats st;
+        CHECK_OK(keel_stat(r, &st));
+        if (st.allocated_bytes >= st.file_bytes * 9 / 10)
+            break;
+    }
+    uint64_t before = GETS(r);
+    CHECK(same_results(w, r, 99, NULL));
+    printf("     after warm: %llu GETs for %d searches\n",
+           (unsigned long long)(GETS(r) - before), NQ);
+    keel_close(r);
+    keel_close(w);
+}
+
+TEST(a_reader_follows_a_newer_publish_on_refresh)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "follow");
+    keel_index *w = build(test_path("follow.keel"), url, KEEL_L2, KEEL_F32, 9);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK(same_results(w, r, 1, NULL));
+    CHECK_EQ(SEQ(r), 1);
+    /* 10% more and some deletes: pages change in place */
+    float *more = td_random(N / 10, DIM, 10);
+    CHECK_OK(keel_add_batch(w, more, N / 10, NULL, NULL));
+    free(more);
+    for (uint64_t id = 0; id < 200; id += 7)
+        CHECK_OK(keel_delete(w, id));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_refresh(r)); /* nothing newer yet */
+    CHECK_EQ(SEQ(r), 1);
+    CHECK_EQ(keel_count(r), N);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 2);
+    CHECK_EQ(keel_count(r), keel_count(w));
+    CHECK(same_results(w, r, 2, NULL));
+    float v[DIM];
+    CHECK_ERR(keel_get(r, 7, v), KEEL_ENOTFOUND);
+    CHECK_OK(keel_get(r, N + 5, v));
+    CHECK_OK(keel_check(r));
+    /* without keel_refresh: a call looks by itself every 5 s */
+    float *third = td_random(50, DIM, 11);
+    CHECK_OK(keel_add_batch(w, third, 50, NULL, NULL));
+    free(third);
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    struct timespec t = {KEEL_CACHE_POLL_MS / 1000, 200000000};
+    nanosleep(&t, NULL);
+    CHECK(same_results(w, r, 3, NULL));
+    CHECK_EQ(SEQ(r), 3);
+    keel_close(r);
+    keel_close(w);
+}
+
+TEST(a_small_memory_cache_gives_the_same_results_and_evicts)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "small");
+    keel_index *w = build_n(test_path("small.keel"), url, KEEL_L2, KEEL_F32,
+                            21, 16 * N);
+    CHECK(w != NULL);
+    keel_stats s;
+    CHECK_OK(keel_stat(w, &s));
+    keel_options o = {.memory_cache_bytes = 1}; /* the least: 8 MiB */
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    CHECK(same_results(w, r, 3, NULL));
+    keel_stats rs;
+    CHECK_OK(keel_stat(r, &rs));
+    printf("     file %llu bytes, memory bound %llu bytes: %llu GETs, "
+           "%llu evictions, %llu faults\n", (unsigned long long)s.file_bytes,
+           (unsigned long long)(KEEL_CACHE_MIN_GRANULES * G),
+           (unsigned long long)GETS(r),
+           (unsigned long long)EVICTIONS(r), (unsigned long long)FAULTS(r));
+    CHECK(EVICTIONS(r) > 0);
+    CHECK(s.file_bytes > 2 * KEEL_CACHE_MIN_GRANULES * G);
+    CHECK(rs.allocated_bytes <= KEEL_CACHE_MIN_GRANULES * G + (1u << 20));
+    keel_close(r);
+    keel_close(w);
+}
+
+/* Runs the NQ queries of seed in a new process with cache dir dir; its
+** results hash and GETs through the pipe. */
+static pid_t
+child_run(const char *url, const char *dir, uint64_t seed, int fd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    keel_options o = {.cache_dir = dir};
+    keel_index *r;
+    uint64_t out[3] = {0, UINT64_MAX, 0};
+    int rc = keel_open_reader(url, &o, &r);
+    if (!rc) {
+        out[0] = results_hash(r, seed, &rc);
+        out[1] = GETS(r);
+        out[2] = DISK_HITS(r);
+        keel_close(r);
+    }
+    if (rc)
+        fprintf(stderr, "  child: %s\n", keel_errmsg());
+    if (write(fd, out, sizeof out) != (ssize_t)sizeof out)
+        _exit(2);
+    _exit(rc ? 1 : 0);
+}
+
+static int
+child_wait(pid_t pid, int fd, uint64_t out[3])
+{
+    int st;
+    ssize_t n = read(fd, out, 3 * sizeof *out);
+    waitpid(pid, &st, 0);
+    return n == 3 * (ssize_t)sizeof *out && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
+
+TEST(the_disk_cache_survives_a_restart_and_is_shared_by_processes)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "restart");
+    keel_index *w = build(test_path("restart.keel"), url, KEEL_L2, KEEL_F32, 31);
+    CHECK(w != NULL);
+    int rc;
+    keel_index *r0;
+    CHECK_OK(keel_open_reader(url, NULL, &r0));
+    uint64_t want = results_hash(r0, 41, &rc);
+    CHECK_OK(rc);
+    keel_close(r0);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    const char *dir = dir_of("cache-restart");
+    uint64_t a[3], b[3];
+    CHECK(child_wait(child_run(url, dir, 41, fds[1]), fds[0], a));
+    CHECK(child_wait(child_run(url, dir, 41, fds[1]), fds[0], b));
+    printf("     first process: %llu GETs; second: %llu GETs, %llu pages "
+           "from disk\n", (unsigned long long)a[1], (unsigned long long)b[1],
+           (unsigned long long)b[2]);
+    CHECK_EQ(a[0], want);
+    CHECK_EQ(b[0], want);
+    CHECK(a[1] > 0);
+    CHECK_EQ(b[1], 0);
+    CHECK(b[2] > 0);
+    /* four processes at once on a fresh directory */
+    const char *shared = dir_of("cache-shared");
+    pid_t pid[4];
+    for (int i = 0; i < 4; i++)
+        pid[i] = child_run(url, shared, 41, fds[1]);
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        uint64_t x[3];
+        /* answers come in any order; each must be the right one */
+        ok &= child_wait(pid[i], fds[0], x) && x[0] == want;
+    }
+    CHECK(ok);
+    CHECK(child_wait(child_run(url, shared, 41, fds[1]), fds[0], b));
+    CHECK_EQ(b[1], 0);
+    close(fds[0]);
+    close(fds[1]);
+    keel_close(w);
+}
+
+/* The object and bytes of the first pack of version 1 at url. */
+static int
+first_pack(const char *url, keel_s3 **s3, char *b, char *key, size_t cap,
+           void **data, size_t *len)
+{
+    char prefix[1024], mkey[1400];
+    int rc = keel__s3_url_parse(url, b, 64, prefix, sizeof prefix);
+    if (rc || (rc = keel__s3_open(NULL, s3)))
+        return rc;
+    keel__man_key(mkey, sizeof mkey, prefix, 1);
+    void *md;
+    size_t ml;
+    keel_manifest m;
+    if ((rc = keel__s3_get(*s3, b, mkey, NULL, KEEL_MAN_MAX_BYTES, &md, &ml,
+                           NULL)))
+        return rc;
+    rc = keel__manifest_decode(md, ml, mkey, &m);
+    keel__free(md);
+    if (rc)
+        return rc;
+    keel__pack_key(key, cap, prefix, &m.packs[0]);
+    keel__manifest_free(&m);
+    return keel__s3_get(*s3, b, key, NULL, 1u << 30, data, len, NULL);
+}
+
+/* Searches r; KEEL_EIO expected for every query (rc_all 1) or at least one. */
+static int
+search_rc(keel_index *r, uint64_t seed)
+{
+    float *q = td_random(NQ, DIM, seed);
+    int rc = KEEL_OK;
+    for (int i = 0; i < NQ && !rc; i++) {
+        keel_result res[K];
+        size_t n;
+        rc = keel_search(r, q + i * DIM, K, NULL, res, &n);
+    }
+    free(q);
+    return rc;
+}
+
+TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "damage");
+    keel_index *w = build(test_path("damage.keel"), url, KEEL_L2, KEEL_F32, 51);
+    CHECK(w != NULL);
+    keel_s3 *s3 = NULL;
+    char b[64], key[1400];
+    void *orig;
+    size_t len;
+    CHECK_OK(first_pack(url, &s3, b, key, sizeof key, &orig, &len));
+    CHECK(len > 4 * G);
+    for (int mode = 0; mode < 2; mode++) {
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, NULL, &r)); /* header pages in */
+        uint8_t *bad = malloc(len);
+        memcpy(bad, orig, len);
+        size_t bad_len = len;
+        if (mode == 0) {
+            bad_len = 3 * G + 100; /* truncated past the header pages */
+        } else {
+            for (size_t off = 3 * G + 77; off < len; off += G)
+                bad[off] ^= 0x20; /* a flipped byte in every other page */
+        }
+        CHECK_OK(keel__s3_put(s3, b, key, bad, bad_len, 0, NULL));
+        /* the announced path fails */
+        CHECK_ERR(search_rc(r, 61), KEEL_EIO);
+        CHECK_MSG_HAS(mode == 0 ? "pack/" : "does not match");
+        CHECK_MSG_HAS("help:");
+        /* a fault (a page nobody announced) fails closed too */
+        float v[DIM];
+        int grc = KEEL_OK;
+        for (uint64_t id = 0; id < N && !grc; id += 37)
+            grc = keel_get(r, id, v);
+        CHECK_ERR(grc, KEEL_EIO);
+        /* the fault cleared: the next calls work and are right */
+        CHECK_OK(keel__s3_put(s3, b, key, orig, len, 0, NULL));
+        CHECK(same_results(w, r, 62, NULL));
+        for (uint64_t id = 0; id < N; id += 37) {
+            float u[DIM];
+            CHECK_OK(keel_get(r, id, v));
+            CHECK_OK(keel_get(w, id, u));
+            CHECK(memcmp(u, v, sizeof u) == 0);
+        }
+        free(bad);
+        keel_close(r);
+    }
+    keel__free(orig);
+    keel__s3_close(s3);
+    keel_close(w);
+}
+
+TEST(open_names_a_wrong_key_a_missing_bucket_and_an_unreachable_server)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "errors");
+    keel_index *w = build(test_path("errors.keel"), url, KEEL_L2, KEEL_F32, 71);
+    CHECK(w != NULL);
+    keel_index *r;
+    char saved[512];
+    set_env("AWS_SECRET_ACCESS_KEY", "not-the-secret", saved, sizeof saved);
+    int rc = keel_open_reader(url, NULL, &r);
+    restore_env("AWS_SECRET_ACCESS_KEY", saved);
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_MSG_HAS("credentials");
+    CHECK_MSG_HAS("help:");
+    CHECK_ERR(keel_open_reader("s3://keel-no-such-bucket/x", NULL, &r),
+              KEEL_ENOTFOUND);
+    CHECK_MSG_HAS("no bucket");
+    char none[256];
+    url_of(none, sizeof none, "never-published");
+    CHECK_ERR(keel_open_reader(none, NULL, &r), KEEL_ENOTFOUND);
+    CHECK_MSG_HAS("no index is published");
+    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", saved, sizeof saved);
+    rc = keel_open_reader(url, NULL, &r);
+    restore_env("AWS_ENDPOINT_URL", saved);
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_MSG_HAS("connect");
+    CHECK_MSG_HAS("help:");
+    keel_close(w);
+}
+
+TEST(a_child_only_closes_and_the_parent_goes_on)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "fork");
+    keel_index *w = build(test_path("fork.keel"), url, KEEL_L2, KEEL_F32, 91);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK(same_results(w, r, 92, NULL));
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(keel_close(r) == KEEL_OK ? 0 : 1); /* no thread to touch */
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(same_results(w, r, 93, NULL));
+    keel_close(r);
+    keel_close(w);
+}
+
+struct searcher {
+    keel_index *r;
+    uint64_t seed;
+    int rc;
+};
+
+static void *
+search_thread(void *arg)
+{
+    struct searcher *s = arg;
+    s->rc = search_rc(s->r, s->seed);
+    return NULL;
+}
+
+TEST(many_threads_never_exceed_the_allowance)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "threads");
+    keel_index *w = build_n(test_path("threads.keel"), url, KEEL_L2,
+                            KEEL_F32, 81, 8 * N);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    keel__cache_inflight_reset();
+    enum { T = 12 };
+    pthread_t t[T];
+    struct searcher s[T];
+    for (int i = 0; i < T; i++) {
+        s[i] = (struct searcher){r, 200 + (uint64_t)i, 0};
+        CHECK(pthread_create(&t[i], NULL, search_thread, &s[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_OK(s[i].rc);
+    }
+    uint64_t most = keel__cache_inflight_max();
+    printf("     %d threads: at most %llu GETs in flight (allowance %d + one "
+           "per batch + the fault thread), %llu GETs\n", T,
+           (unsigned long long)most, KEEL_BR_ALLOWANCE,
+           (unsigned long long)GETS(r));
+    CHECK(most > 1);
+    CHECK(most <= KEEL_BR_ALLOWANCE + T + 1);
+    CHECK(same_results(w, r, 200, NULL));
+    keel_close(r);
+    keel_close(w);
+}
+
+TEST_MAIN()
