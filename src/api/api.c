@@ -396,10 +396,17 @@ open_remote(const char *url, const keel_options *o, keel_store **st)
 int
 keel__remote_counters(keel_index *idx, keel_cache_counters *out)
 {
-    if (!idx || idx->writer || !idx->st->remote)
+    if (!idx || idx->writer)
         return keel__fail(KEEL_EINVAL, "not a reader of a published index\n"
                           "help: open one with keel_open_reader(\"s3://...\")");
-    keel__cache_counters(idx->st->remote, out);
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_cache *c = idx->st->remote;
+    if (c)
+        keel__cache_counters(c, out);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (!c)
+        return keel__fail(KEEL_EINVAL, "not a reader of a published index\n"
+                          "help: open one with keel_open_reader(\"s3://...\")");
     return KEEL_OK;
 }
 

@@ -471,8 +471,11 @@ keel_backup(keel_index *idx, const char *path)
         return keel__fail(KEEL_EINVAL, "keel_backup was given a NULL index\n"
                           "help: pass the handle keel_open or "
                           "keel_open_reader returned");
-    if (idx->st->remote)
-        return keel__fail(KEEL_EINVAL, "keel_backup cannot copy %s: it is a "
+    pthread_rwlock_rdlock(&idx->swap_lock); /* idx->st: see check_dest */
+    int remote = idx->st->remote != NULL;
+    pthread_rwlock_unlock(&idx->swap_lock);
+    if (remote)
+        return keel__fail(KEEL_EINVAL, "cannot back up %s: it is a "
                           "published index, whose reader holds only the "
                           "pages it fetched\nhelp: its versions are already "
                           "in the object store; back up the publisher's "

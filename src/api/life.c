@@ -324,12 +324,14 @@ keel__remote_follow(keel_index *idx, int force)
 int
 keel__reader_follow(keel_index *idx, int report)
 {
-    if (idx->st->remote)
-        return keel__remote_follow(idx, report);
     keel_view v;
     keel_file_info a, b;
     pthread_rwlock_rdlock(&idx->swap_lock);
     keel_store *st = idx->st;
+    if (st->remote) { /* never swapped for a local store, nor back */
+        pthread_rwlock_unlock(&idx->swap_lock);
+        return keel__remote_follow(idx, report);
+    }
     int rc = keel__store_view(st, &v);
     int superseded = rc == KEEL_OK && keel__store_superseded(st);
     int moved = superseded && keel__os->stat(st->fd, &a) == 0 &&
