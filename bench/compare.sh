@@ -9,10 +9,17 @@
 #   SETS=fmnist-l2 ROUNDS=5 sh bench/compare.sh
 #   REUSE=1 ...   keep the indexes OUT already holds (search changes only)
 #   KEEL_ONLY_BUILD=1 ...  rebuild keel's index, keep hnswlib's
+#   BASE=DIR ...  also sweep with the keel library DIR/build/libkeel.a (an
+#                 older tree, such as `git archive REV | tar -x -C DIR` and
+#                 make there) on the same index, as engine keel-base: the
+#                 change measured on one graph (a rebuild's graph differs
+#                 with thread timing)
 #
 # Settings: SETS, ROUNDS (3), EFS_GLOVE, EFS_FMNIST, MIN_TIME (0.3),
 # THREADS (every core), GLOVE_DIR (data/glove-100), FMNIST_DIR,
-# OUT (bench/out/compare), BUILD (build).
+# OUT (bench/out/compare), BUILD (build). BENCH_CLOCK=cpu (the default
+# here) times the sweeps in CPU time (bench_common.h): on a shared machine
+# wall-clock QPS moves with the other tenants' load.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 SETS=${SETS:-glove-l2 glove-cos fmnist-l2}
@@ -27,13 +34,18 @@ FMNIST_DIR=${FMNIST_DIR:-$root/data/fashion-mnist-784}
 OUT=${OUT:-$root/bench/out/compare}
 BUILD=${BUILD:-build}
 REUSE=${REUSE:-0}
-bin=$root/bench/out/bin
+bin=$OUT/bin
 mkdir -p "$bin" "$OUT"
 make -s -C "$root" -j"$THREADS" BUILD="$BUILD" "$BUILD/libkeel.a" >&2
 cc -std=c11 -O2 -g -pthread -D_GNU_SOURCE -I"$root/include" \
     -DKEEL_BENCH_INTERNALS -I"$root/src" -o "$bin/keel_bench" \
     "$root/bench/keel_bench.c" "$root/$BUILD/libkeel.a" \
     -lxxhash -lcurl -lpthread -lm
+if [ -n "${BASE:-}" ]; then
+    cc -std=c11 -O2 -g -pthread -D_GNU_SOURCE -I"$BASE/include" \
+        -o "$bin/keel-base_bench" "$root/bench/keel_bench.c" \
+        "$BASE/build/libkeel.a" -lxxhash -lcurl -lpthread -lm
+fi
 [ -x "$bin/hnsw_bench" ] && [ "$bin/hnsw_bench" -nt "$root/bench/hnsw_bench.cpp" ] ||
     c++ -std=c++11 -O2 -g -march=native -pthread -I"$root/bench" \
         -o "$bin/hnsw_bench" "$root/bench/hnsw_bench.cpp"
@@ -60,11 +72,16 @@ for g in $SETS; do
     r=0
     while [ "$r" -lt "$ROUNDS" ]; do
         order="keel hnsw"
-        [ $((r % 2)) = 1 ] && order="hnsw keel"
+        [ -n "${BASE:-}" ] && order="keel hnsw keel-base"
+        [ $((r % 2)) = 1 ] && order=$(printf '%s\n' $order | tac | tr '\n' ' ')
         for e in $order; do
-            "$bin/${e}_bench" sweep "$OUT/$g.$e" "$d.query.fvecs" \
+            ix=$OUT/$g.$e
+            [ "$e" = keel-base ] && ix=$OUT/$g.keel
+            "$bin/${e}_bench" sweep "$ix" "$d.query.fvecs" \
                 "$d.gt.$m.ivecs" --metric $metric --ef "$efs" \
-                --min-time "$MIN_TIME" --label "$g/f32" >>"$OUT/$g.sweep.jsonl"
+                --min-time "$MIN_TIME" --label "$g/f32" |
+                sed "s/\"engine\":\"keel\"/\"engine\":\"$e\"/" \
+                    >>"$OUT/$g.sweep.jsonl"
         done
         r=$((r + 1))
     done
@@ -78,18 +95,24 @@ for line in open("%s/%s.sweep.jsonl" % (out, g)):
     rec = json.loads(line)
     cs.setdefault(rec["engine"], R.Curve()).add(rec)
 k, h = cs["keel"], cs["hnswlib"]
-cells = []
-for t in (0.90, 0.95, 0.99, 0.995):
-    rs = R.ratios_at(k, h, t)
-    cells.append("%.3g: %s" % (t, R.fmt_ratio(rs) if rs else "-"))
+def row(a, b):
+    cells = []
+    for t in (0.90, 0.95, 0.99, 0.995):
+        rs = R.ratios_at(a, b, t)
+        cells.append("%.3g: %s" % (t, R.fmt_ratio(rs) if rs else "-"))
+    return cells
+cells = row(k, h)
+if "keel-base" in cs:
+    print("%s  keel-base/hnswlib  %s" % (g, "  ".join(row(cs["keel-base"], h))))
+    print("%s  keel/keel-base     %s" % (g, "  ".join(row(k, cs["keel-base"]))))
 b = {}
 for e in ("keel", "hnsw"):
     b[e] = json.load(open("%s/%s.%s.build.json" % (out, g, e)))
 bk, bh = b["keel"], b["hnsw"]
-def sec(x):
-    return x.get("build_s") or x.get("total_s") or x.get("add_s")
-print("%s  %s  build %.1f/%.1f s = %.2fx" % (
-    g, "  ".join(cells), sec(bk), sec(bh), sec(bk) / sec(bh)))
+print("%s  keel/hnswlib       %s  build %.1f/%.1f s = %.2fx, CPU %.1f/%.1f s"
+      " = %.2fx" % (g, "  ".join(cells), bk["build_s"], bh["build_s"],
+                    bk["build_s"] / bh["build_s"], bk["cpu_s"], bh["cpu_s"],
+                    bk["cpu_s"] / bh["cpu_s"]))
 for ef in k.efs():
     print("   keel ef %4d recall %.4f qps %s ndist %s" % (
         ef, R.med(k.recall[ef]), R.fmt_range(k.qps[ef]), R.med(k.ndist[ef])))
