@@ -570,27 +570,40 @@ id_at_order(const void *a, const void *b)
     return x->at < y->at ? -1 : x->at > y->at;
 }
 
-/* Refuses a batch that names an id twice, in O(n log n): sorted by (id,
-** place), repeats sit side by side. Names the repeat that comes first in the
-** batch, with the place of the id's first use. */
-static int
-check_distinct(const uint64_t *ids, size_t n)
+int
+keel__first_repeat(const uint64_t *ids, size_t n, size_t *first,
+                   size_t *second)
 {
+    if (n < 2)
+        return 0;
     id_at *s = keel__malloc(n * sizeof *s);
     if (!s)
-        return KEEL_ENOMEM;
+        return -1;
     for (size_t i = 0; i < n; i++)
         s[i] = (id_at){ids[i], i};
     qsort(s, n, sizeof *s, id_at_order);
-    size_t first = 0, second = SIZE_MAX;
+    /* Sorted by (id, place), repeats sit side by side; the repeat named is
+     * the one whose second use comes first, with its id's first use. */
+    *second = SIZE_MAX;
     for (size_t i = 1; i < n; i++)
         if (s[i].id == s[i - 1].id && (i == 1 || s[i - 1].id != s[i - 2].id) &&
-            s[i].at < second) {
-            first = s[i - 1].at; /* the run's first element */
-            second = s[i].at;
+            s[i].at < *second) {
+            *first = s[i - 1].at; /* the run's first element */
+            *second = s[i].at;
         }
     keel__free(s);
-    if (second == SIZE_MAX)
+    return *second != SIZE_MAX;
+}
+
+/* Refuses a batch that names an id twice, in O(n log n). */
+static int
+check_distinct(const uint64_t *ids, size_t n)
+{
+    size_t first, second;
+    int found = keel__first_repeat(ids, n, &first, &second);
+    if (found < 0)
+        return KEEL_ENOMEM;
+    if (!found)
         return KEEL_OK;
     return keel__fail(KEEL_EINVAL,
                       "id %llu appears twice in the batch (items %zu and %zu)"

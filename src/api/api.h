@@ -53,6 +53,12 @@ struct keel_index {
 };
 
 int keel__index_attach(keel_index *idx, keel_store *st);
+
+/* The repeat in ids[0..n) whose second use comes first: 1 with *first (the
+** id's first place) and *second set, 0 if every id is distinct, -1 out of
+** memory (message recorded). O(n log n). */
+int keel__first_repeat(const uint64_t *ids, size_t n, size_t *first,
+                       size_t *second);
 keel_search_ctx *keel__ctx_get(keel_index *idx);
 void keel__ctx_put(keel_index *idx, keel_search_ctx *c);
 

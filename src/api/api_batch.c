@@ -129,41 +129,15 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
 
 /* --- keel_delete_batch -------------------------------------------------- */
 
-/* (id, position) pairs, sorted by id then position, to find repeats. */
-typedef struct {
-    uint64_t id;
-    size_t at;
-} id_at;
-
-static int
-id_at_order(const void *a, const void *b)
-{
-    const id_at *x = a, *y = b;
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->at < y->at ? -1 : x->at > y->at;
-}
-
 /* KEEL_EINVAL naming the first repeated id (by its second position). */
 static int
 check_repeats(const uint64_t *ids, size_t n)
 {
-    if (n < 2)
-        return KEEL_OK;
-    id_at *s = keel__malloc(n * sizeof *s);
-    if (!s)
+    size_t first, second;
+    int found = keel__first_repeat(ids, n, &first, &second);
+    if (found < 0)
         return KEEL_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        s[i] = (id_at){ids[i], i};
-    qsort(s, n, sizeof *s, id_at_order);
-    size_t first = SIZE_MAX, second = SIZE_MAX;
-    for (size_t i = 1; i < n; i++)
-        if (s[i].id == s[i - 1].id && s[i].at < second) {
-            first = s[i - 1].at;
-            second = s[i].at;
-        }
-    keel__free(s);
-    if (second == SIZE_MAX)
+    if (!found)
         return KEEL_OK;
     return keel__fail(KEEL_EINVAL, "id %llu is given twice, at positions %zu "
                       "and %zu of %zu; nothing was deleted\nhelp: give each "
@@ -189,7 +163,7 @@ keel_delete_batch(keel_index *idx, const uint64_t *ids, size_t n)
     if (!ids)
         return keel__fail(KEEL_EINVAL, "keel_delete_batch was given ids = NULL "
                           "for %zu ids\nhelp: pass the ids to delete", n);
-    if (n > SIZE_MAX / sizeof(id_at))
+    if (n > SIZE_MAX / (2 * sizeof(uint64_t)))
         return keel__fail(KEEL_EINVAL, "keel_delete_batch was given n = %zu "
                           "ids, more than memory can hold\nhelp: pass the "
                           "number of ids in the array", n);
