@@ -21,6 +21,7 @@
 */
 #include "api/api.h"
 #include "hnsw/filter.h"
+#include "hnsw/walk.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,127 +32,16 @@
             return keel__fail(KEEL_EINVAL, __VA_ARGS__);                    \
     } while (0)
 
-/* --- scratch (as search.c keeps it) -------------------------------------- */
-
-static int
-grow(uint64_t **h, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t nc = KEEL_MAX(need, *cap * 2 + 64);
-    uint64_t *p = keel__realloc(*h, nc * sizeof *p);
-    if (!p)
-        return -1;
-    *h = p;
-    *cap = nc;
-    return 0;
-}
-
-static int
-visited_reset(keel_search_ctx *c, uint64_t limit)
-{
-    size_t words = (size_t)((limit + 63) / 64);
-    if (words > c->visited_words) {
-        size_t nw = KEEL_MAX(words, c->visited_words * 2);
-        uint64_t *v = keel__calloc(nw, 8);
-        uint32_t *t = keel__malloc((nw + 1) * sizeof *t);
-        if (!v || !t) {
-            keel__free(v);
-            keel__free(t);
-            return -1;
-        }
-        keel__free(c->visited);
-        keel__free(c->touched);
-        c->visited = v;
-        c->touched = t;
-        c->visited_words = nw;
-        c->ntouched = 0;
-        return 0;
-    }
-    for (size_t i = 0; i < c->ntouched; i++)
-        c->visited[c->touched[i]] = 0;
-    c->ntouched = 0;
-    return 0;
-}
-
-static inline int
-visit(keel_search_ctx *c, uint32_t s)
-{
-    uint64_t *w = &c->visited[s >> 6];
-    uint64_t bit = (uint64_t)1 << (s & 63);
-    if (*w & bit)
-        return 1;
-    c->touched[c->ntouched] = s >> 6;
-    c->ntouched += *w == 0;
-    *w |= bit;
-    return 0;
-}
-
-static inline void
-min_push(uint64_t *h, size_t *n, uint64_t x)
-{
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (h[p] <= x)
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static inline uint64_t
-min_pop(uint64_t *h, size_t *n)
-{
-    uint64_t top = h[0], x = h[--(*n)];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= m)
-            break;
-        size_t r = l + 1, s = (r < m && h[r] < h[l]) ? r : l;
-        if (h[s] >= x)
-            break;
-        h[i] = h[s];
-        i = s;
-    }
-    if (m)
-        h[i] = x;
-    return top;
-}
+/* --- scratch: hnsw/walk.h's visited set and heaps ------------------------- */
 
 /* Adds x to the max-heap h of at most cap entries (keeps the cap least). */
 static inline void
 max_keep(uint64_t *h, size_t *n, size_t cap, uint64_t x)
 {
-    size_t i;
-    if (*n < cap) {
-        i = (*n)++;
-        while (i > 0) {
-            size_t p = (i - 1) / 2;
-            if (h[p] >= x)
-                break;
-            h[i] = h[p];
-            i = p;
-        }
-        h[i] = x;
-        return;
-    }
-    if (x >= h[0])
-        return;
-    i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= *n)
-            break;
-        size_t r = l + 1, s = (r < *n && h[r] > h[l]) ? r : l;
-        if (h[s] <= x)
-            break;
-        h[i] = h[s];
-        i = s;
-    }
-    h[i] = x;
+    if (*n < cap)
+        max_push(h, n, x);
+    else if (x < h[0])
+        max_replace_top(h, *n, x);
 }
 
 static int
@@ -159,29 +49,6 @@ cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
-}
-
-static inline int
-accepts(const keel_view *v, const keel_accept *acc, uint32_t s)
-{
-    if (v->deleted == 0 ? s >= v->count : !keel__store_present(v, s))
-        return 0;
-    if (acc->filter)
-        return acc->filter(keel__store_id(v->st, s), acc->filter_arg) != 0;
-    if (acc->allowed)
-        return keel__idset_has(acc->allowed, keel__store_id(v->st, s));
-    return 1;
-}
-
-static inline int
-skip_slot(const keel_view *v, uint32_t s)
-{
-    if (s >= v->limit)
-        return 1;
-    if (v->linked && s >= v->linked_base &&
-        !KEEL_LOAD_ACQUIRE(&v->linked[s - v->linked_base]))
-        return 1;
-    return 0;
 }
 
 /* --- the walk ------------------------------------------------------------ */
@@ -233,8 +100,8 @@ walk(radius_job *j)
     uint32_t ep = keel__search_greedy(gr, v, c, j->q, v->entry, v->max_level,
                                       0);
     if (visited_reset(c, v->limit) ||
-        grow(&c->res, &c->res_cap, j->beam + 1) ||
-        grow(&c->cand, &c->cand_cap, KEEL_MAX(j->beam + 1, 256)))
+        heap_grow(&c->res, &c->res_cap, j->beam + 1) ||
+        heap_grow(&c->cand, &c->cand_cap, KEEL_MAX(j->beam + 1, 256)))
         return KEEL_ENOMEM;
     c->nres = c->ncand = 0;
     float d0 = keel__graph_dist(gr, j->q, keel__store_vec(st, ep));
@@ -263,7 +130,7 @@ walk(radius_job *j)
             c->gather[ng] = s;
             c->gvec[ng++] = keel__store_vec(st, s);
         }
-        if (grow(&c->cand, &c->cand_cap, c->ncand + ng))
+        if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return KEEL_ENOMEM;
         keel__graph_dist_group(gr, j->q, c->gvec, ng, c->gdist);
         for (uint32_t i = 0; i < ng; i++) {
