@@ -22,7 +22,7 @@ CC=${CC:-cc}
 make -s -C "$root" BUILD="$BUILD" "$BUILD/libkeel.a"
 $CC -std=c11 -O2 -D_GNU_SOURCE -I"$root/include" -I"$root/src" \
     -o "$BUILD/keel_bench" "$root/bench/keel_bench.c" "$BUILD/libkeel.a" \
-    -lxxhash -lpthread -lm
+    -lxxhash -lcurl -lpthread -lm
 $CC -std=c11 -O2 -o "$BUILD/evict" "$root/bench/evict.c"
 : >"$OUT"
 for r in $(seq 1 "$rounds"); do
