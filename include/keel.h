@@ -364,7 +364,12 @@ int keel_check(keel_index *idx);
 /* Publishing to S3-compatible object storage (doc/objstore.md). The endpoint
 ** and keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 ** AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION (default
-** us-east-1); buckets are addressed path-style. */
+** us-east-1); buckets are addressed path-style. A request fails with
+** KEEL_EIO ("timed out") when connecting takes longer than
+** KEEL_S3_CONNECT_TIMEOUT_MS milliseconds (default 5000) or when no byte
+** moves for KEEL_S3_STALL_TIMEOUT_S seconds (default 10); each a whole
+** number from 1 to 86400000, read when a client is made (every publish,
+** every reader opened by URL). */
 typedef struct keel_publish_options {
     uint32_t pack_bytes;   /* most bytes per uploaded object; 0 = 8 MiB */
     uint64_t *uploaded;    /* if not NULL, receives the bytes this publish

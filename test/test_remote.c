@@ -440,6 +440,141 @@ TEST(a_reader_follows_a_newer_publish_on_refresh)
     keel_close(w);
 }
 
+/* r against a fresh reader of url and a reader of the local file at path:
+** the same count, keel_check passing on r, and the same searches, bit for
+** bit; 1 if so. */
+static int
+same_as_fresh_and_local(keel_index *r, const char *url, const char *path,
+                        uint64_t seed)
+{
+    keel_index *fresh = NULL, *local = NULL;
+    int ok = keel_open_reader(url, NULL, &fresh) == KEEL_OK &&
+             keel_open_reader(path, NULL, &local) == KEEL_OK;
+    if (ok && keel_check(r) != KEEL_OK) {
+        fprintf(stderr, "  following reader: %s\n", keel_errmsg());
+        ok = 0;
+    }
+    if (ok && (keel_count(r) != keel_count(fresh) ||
+               keel_count(r) != keel_count(local))) {
+        fprintf(stderr, "  count %llu, fresh %llu, local %llu\n",
+                (unsigned long long)keel_count(r),
+                (unsigned long long)keel_count(fresh),
+                (unsigned long long)keel_count(local));
+        ok = 0;
+    }
+    ok = ok && same_results(r, fresh, seed, NULL) &&
+         same_results(r, local, seed, NULL);
+    keel_close(fresh);
+    keel_close(local);
+    return ok;
+}
+
+TEST(a_reader_follows_a_compaction_to_the_new_file)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "compact");
+    const char *path = test_path("compact.keel");
+    keel_index *w = build(path, url, KEEL_L2, KEEL_F32, 61);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK(same_as_fresh_and_local(r, url, path, 1));
+    /* v2: deletes and adds in place */
+    float *more = td_random(400, DIM, 62);
+    for (uint64_t id = 1; id < N; id += 75)
+        CHECK_OK(keel_delete(w, id));
+    CHECK_OK(keel_add_batch(w, more, 400, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 2);
+    CHECK(same_as_fresh_and_local(r, url, path, 2));
+    /* v3: the compacted file, whose header sequence starts again */
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 3);
+    CHECK(same_as_fresh_and_local(r, url, path, 3));
+    /* v4: adds after the compaction */
+    CHECK_OK(keel_add_batch(w, more, 200, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 4);
+    CHECK_EQ(keel_count(r), keel_count(w));
+    CHECK(same_as_fresh_and_local(r, url, path, 4));
+    float v[DIM];
+    CHECK_ERR(keel_get(r, 1, v), KEEL_ENOTFOUND);
+    CHECK_OK(keel_get(r, N + 400 + 100, v));
+    /* v5 and v6 published between two looks: it moves to the newest */
+    CHECK_OK(keel_compact(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_delete(w, 2));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 6);
+    CHECK(same_as_fresh_and_local(r, url, path, 5));
+    free(more);
+    keel_close(r);
+    keel_close(w);
+}
+
+/* A `latest` hint that cannot be read or says nothing is ignored: readers
+** open and follow by probing the manifests. */
+TEST(a_bad_latest_hint_is_only_ignored)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "hint");
+    keel_index *w = build(test_path("hint.keel"), url, KEEL_L2, KEEL_F32, 71);
+    CHECK(w != NULL);
+    CHECK_OK(keel_publish(w, url, NULL)); /* v2 */
+    char b[64], prefix[1024], key[1400];
+    CHECK_OK(keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix));
+    keel__latest_key(key, sizeof key, prefix);
+    keel_s3 *s3;
+    CHECK_OK(keel__s3_open(NULL, &s3));
+    char big[100];
+    memset(big, '0', sizeof big);
+    big[sizeof big - 1] = '2';
+    const char *bad[] = {NULL, "2\n                                        "
+                                "                                        ",
+                         "garbage\n", "2x\n", "99999\n", "1\n",
+                         "18446744073709551615\n", "-1\n", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *d = bad[i] ? bad[i] : big;
+        size_t len = bad[i] ? strlen(bad[i]) : sizeof big;
+        CHECK_OK(keel__s3_put(s3, b, key, d, len, 0, NULL));
+        keel_index *r;
+        int rc = keel_open_reader(url, NULL, &r);
+        CHECK_MSG(rc == KEEL_OK, "hint %zu: %s", i, keel_errmsg());
+        if (rc)
+            continue;
+        CHECK_EQ(SEQ(r), 2);
+        CHECK_EQ(keel_count(r), N);
+        keel_close(r);
+    }
+    /* ... and a reader follows past it */
+    keel_index *r;
+    CHECK_OK(keel__s3_put(s3, b, key, big, sizeof big, 0, NULL));
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_OK(keel_delete(w, 3));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL)); /* v3, rewrites the hint */
+    CHECK_OK(keel__s3_put(s3, b, key, big, sizeof big, 0, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 3);
+    CHECK_EQ(keel_count(r), N - 1);
+    CHECK_OK(keel__s3_delete(s3, b, key)); /* no hint at all */
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 3);
+    keel_close(r);
+    keel__s3_close(s3);
+    keel_close(w);
+}
+
 TEST(a_small_memory_cache_gives_the_same_results_and_evicts)
 {
     NEED_SERVER();

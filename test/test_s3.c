@@ -154,6 +154,50 @@ TEST(a_server_that_never_answers_times_out)
     keel__s3_close(s3);
 }
 
+TEST(the_timeouts_come_from_the_environment)
+{
+    int port;
+    int fd = listener(&port); /* accepts into its backlog, never reads */
+    CHECK(fd >= 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "2", 1);
+    setenv("KEEL_S3_CONNECT_TIMEOUT_MS", "700", 1);
+    keel_s3_config cfg = {.endpoint = ep, .access_key = "k",
+                          .secret_key = "s", .max_attempts = 1};
+    keel_s3 *s3;
+    CHECK_OK(keel__s3_open(&cfg, &s3));
+    char b[16];
+    double t0 = test_now();
+    int rc = keel__s3_get_range(s3, "keel-test", "slow/key", 0, b, 16);
+    double t = test_now() - t0;
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_MSG_HAS("timed out");
+    CHECK_MSG_HAS("connect timeout 700 ms, stall timeout 2 s");
+    CHECK_MSG_HAS("KEEL_S3_STALL_TIMEOUT_S");
+    CHECK_MSG(t >= 1.9 && t < 6.0, "took %.2f s for a 2 s stall timeout", t);
+    keel__s3_close(s3);
+    /* a given value wins over the environment */
+    cfg.stall_timeout_s = 1;
+    CHECK_OK(keel__s3_open(&cfg, &s3));
+    t0 = test_now();
+    CHECK_ERR(keel__s3_get_range(s3, "keel-test", "slow/key", 0, b, 16),
+              KEEL_EIO);
+    t = test_now() - t0;
+    CHECK_MSG(t >= 0.9 && t < 1.9, "took %.2f s for a 1 s stall timeout", t);
+    keel__s3_close(s3);
+    close(fd);
+    /* a value that is not a positive whole number is refused, by name */
+    const char *bad[] = {"0", "-5", "10s", "99999999999", " 3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("KEEL_S3_CONNECT_TIMEOUT_MS", bad[i], 1);
+        CHECK_ERR(keel__s3_open(&cfg, &s3), KEEL_EINVAL);
+        CHECK_MSG_HAS("KEEL_S3_CONNECT_TIMEOUT_MS");
+    }
+    unsetenv("KEEL_S3_CONNECT_TIMEOUT_MS");
+    unsetenv("KEEL_S3_STALL_TIMEOUT_S");
+}
+
 /* Accepts connections on a listener and drops each at once, unanswered
 ** (a connection lost mid-request), counting them. */
 struct dropper {

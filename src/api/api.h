@@ -46,6 +46,10 @@ struct keel_index {
         uint64_t epoch, next_id;          /* older: that file's */
         uint64_t own_epoch, own_next_id;  /* older: the reader's */
     } refused;
+    /* Reader of a published index: its cache switched to a version the
+     * store over it could not be reopened for (life.c), under swap_lock;
+     * calls through the cache fail until a follow reopens it. */
+    int remote_stale;
     /* Writer: backups copying the last commit (backup.c), under
      * write_lock; flushes wait on backup_done while it is nonzero. */
     unsigned backups;
@@ -90,7 +94,15 @@ keel__remote_begin(keel_index *idx)
 static inline int
 keel__remote_end(keel_index *idx, uint64_t gen, int rc)
 {
-    return idx->st->remote ? keel__cache_end(idx->st->remote, gen, rc) : rc;
+    if (!idx->st->remote)
+        return rc;
+    rc = keel__cache_end(idx->st->remote, gen, rc);
+    if (rc == KEEL_OK && idx->remote_stale)
+        rc = keel__fail(KEEL_EIO, "the reader of %s could not open the "
+                        "version it switched to\nhelp: call keel_refresh "
+                        "to retry, or open the reader again",
+                        idx->st->remote->url);
+    return rc;
 }
 
 /* Tests: what the page cache of a reader of a published index did;

@@ -294,13 +294,22 @@ is_successor(const keel_view *own, const keel_view *seen)
 
 /* Invariant: idx->st is read only under swap_lock, and a store this
 ** function swaps out is closed only after the exclusive lock is released,
-** so no thread that read it under the lock still uses it. The store it
-** swaps in is a successor of the one it swaps out, so the snapshots one
-** reader serves never go back. */
+** so no thread that read it under the lock still uses it. The cache is the
+** same for the reader's life: each store over it hands it on to the next.
+**
+** Every new version gets a new store over the cache (after the switch,
+** which punches only the pages whose bytes changed): a version may be
+** another file of the index (keel_compact publishes a new file, whose
+** header sequence starts again and whose regions lie elsewhere), and a
+** store adopts only later commits of its own file. The cache never pins
+** an older version (keel__cache_switch), so a reader never goes back. */
 int
 keel__remote_follow(keel_index *idx, int force)
 {
-    keel_cache *c = idx->st->remote; /* a remote store is never swapped */
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel_cache *c = idx->st->remote;
+    int stale = idx->remote_stale;
+    pthread_rwlock_unlock(&idx->swap_lock);
     keel_manifest next;
     int rc = keel__cache_poll(c, force, &next);
     if (rc) {
@@ -309,15 +318,30 @@ keel__remote_follow(keel_index *idx, int force)
         keel__clear_error(); /* a search keeps its version; refresh reports */
         return KEEL_OK;
     }
-    if (!next.seq)
+    if (!next.seq && !stale)
         return KEEL_OK;
     /* cache.h invariant 3: no search, get or warm reads the store while
      * the pinned version changes. */
     pthread_rwlock_wrlock(&idx->swap_lock);
+    keel_store *old = idx->st, *nw = NULL;
     keel__warm_stop(idx);
-    rc = keel__cache_switch(c, &next);
+    if (next.seq) {
+        uint64_t was = c->man.seq;
+        rc = keel__cache_switch(c, &next);
+        if (rc == KEEL_OK && c->man.seq != was)
+            idx->remote_stale = 1;
+    }
+    if (rc == KEEL_OK && idx->remote_stale) {
+        rc = keel__store_reopen_remote(old, &nw);
+        if (rc == KEEL_OK) {
+            idx->remote_stale = 0;
+            swap_store(idx, nw);
+        }
+    }
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__manifest_free(&next);
+    if (nw)
+        keel__store_close(old);
     return rc;
 }
 

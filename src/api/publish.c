@@ -183,12 +183,21 @@ find_previous(pub *p)
     keel__latest_key(key, sizeof key, p->prefix);
     int rc = keel__s3_get(p->s3, p->bucket, key, NULL, 64, &data, &len, NULL);
     if (rc == KEEL_OK) {
-        char text[65] = {0};
-        memcpy(text, data, KEEL_MIN(len, (size_t)64));
-        seq = strtoull(text, NULL, 10);
+        seq = keel__latest_parse(data, len);
         keel__free(data);
-    } else if (rc != KEEL_ENOTFOUND || strstr(keel_errmsg(), "no bucket")) {
+    } else if (rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) {
         return keel__wrap(rc, "publishing to %s: ", p->url);
+    }
+    keel__clear_error(); /* a hint that cannot be read says nothing */
+    if (seq) {
+        /* Only a hint: one naming no manifest is not walked back from. */
+        keel_s3_object o;
+        keel__man_key(key, sizeof key, p->prefix, seq);
+        rc = keel__s3_head(p->s3, p->bucket, key, &o);
+        if (rc == KEEL_ENOTFOUND)
+            seq = 0;
+        else if (rc != KEEL_OK)
+            return keel__wrap(rc, "publishing to %s: ", p->url);
     }
     for (;;) {
         keel_s3_object o;

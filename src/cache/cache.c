@@ -412,6 +412,22 @@ keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
     return KEEL_OK;
 }
 
+void
+keel__cache_unregister(keel_cache *c, void *addr, size_t len)
+{
+    uintptr_t a = (uintptr_t)addr;
+    pthread_mutex_lock(&c->mu);
+    size_t k = 0;
+    for (size_t i = 0; i < c->nregions; i++) {
+        keel_cache_region *r = &c->regions[i];
+        if (r->addr < a + len && a < r->addr + r->len)
+            continue;
+        c->regions[k++] = *r;
+    }
+    c->nregions = k;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* --- versions ----------------------------------------------------------- */
 
 int

@@ -145,6 +145,9 @@ int keel__cache_start(keel_cache *c, uint64_t memory_bytes);
 /* A new mapping of the memfd at addr (len bytes, file offset off): faults
 ** in it are the cache's from now on. */
 int keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off);
+/* Forgets the mappings in [addr, addr + len) (a store closed while the
+** cache lives on: keel__store_reopen_remote). */
+void keel__cache_unregister(keel_cache *c, void *addr, size_t len);
 
 /* The announced path: brings the granules of r[0..n) in (r[i].off and
 ** len: file offsets) with the batch-read policy. KEEL_OK, KEEL_EIO with

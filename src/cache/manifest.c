@@ -189,3 +189,23 @@ keel__manifest_decode(const uint8_t *buf, size_t len, const char *key,
     return KEEL_OK;
 }
 
+
+uint64_t
+keel__latest_parse(const void *data, size_t len)
+{
+    const char *t = data;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < len && t[i] >= '0' && t[i] <= '9'; i++) {
+        uint64_t d = (uint64_t)(t[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    if (i == 0)
+        return 0;
+    for (; i < len; i++)
+        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\r' && t[i] != '\n')
+            return 0;
+    return v;
+}

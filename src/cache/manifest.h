@@ -54,6 +54,10 @@ void keel__man_key(char *out, size_t cap, const char *prefix, uint64_t seq);
 void keel__pack_key(char *out, size_t cap, const char *prefix,
                     const keel_man_pack *p);
 void keel__latest_key(char *out, size_t cap, const char *prefix);
+/* The version the `latest` hint's len bytes name: decimal digits, then at
+** most white space; 0 (no hint) for anything else. Only a hint: callers
+** check that the manifest exists. */
+uint64_t keel__latest_parse(const void *data, size_t len);
 
 /* Decodes and checks a manifest (magic, version, sizes, checksum, every
 ** page inside its pack). KEEL_ECORRUPT naming key on failure. Free with

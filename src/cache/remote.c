@@ -125,29 +125,28 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     keel_s3_object o;
     int rc = keel__s3_get(s3, c->bucket, key, *etag ? etag : NULL, 64, &data,
                           &len, &o);
-    if (rc == KEEL_OK || rc == KEEL_S3_NOT_MODIFIED) {
-        if (rc == KEEL_OK) {
-            char text[65] = {0};
-            memcpy(text, data, KEEL_MIN(len, (size_t)64));
-            keel__free(data);
-            hint = strtoull(text, NULL, 10);
-            pthread_mutex_lock(&c->mu);
-            snprintf(c->latest_etag, sizeof c->latest_etag, "%s", o.etag);
-            c->latest_hint = hint;
-            pthread_mutex_unlock(&c->mu);
-        }
-        rc = KEEL_OK;
+    if (rc == KEEL_OK) {
+        hint = keel__latest_parse(data, len); /* 0: says nothing */
+        keel__free(data);
+        pthread_mutex_lock(&c->mu);
+        snprintf(c->latest_etag, sizeof c->latest_etag, "%s", o.etag);
+        c->latest_hint = hint;
+        pthread_mutex_unlock(&c->mu);
+    } else if (rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) {
+        return wrap(c, rc); /* the probes would say the same */
+    } else if (rc != KEEL_S3_NOT_MODIFIED) {
+        /* No hint, or one that cannot be read (too long, refused, a
+         * failed request): probe from where we are. */
+        hint = 0;
+    }
+    keel__clear_error();
+    rc = KEEL_OK;
+    if (hint > seq) {
         int exists = 0;
-        if (hint > seq) {
-            if ((rc = manifest_exists(c, s3, hint, &exists)))
-                return wrap(c, rc);
-            if (exists)
-                seq = hint; /* verified, not trusted */
-        }
-    } else if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket")) {
-        keel__clear_error(); /* no hint: probe from where we are */
-    } else {
-        return wrap(c, rc);
+        if ((rc = manifest_exists(c, s3, hint, &exists)))
+            return wrap(c, rc);
+        if (exists)
+            seq = hint; /* verified, not trusted */
     }
     for (;;) {
         int exists;

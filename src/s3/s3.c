@@ -409,7 +409,8 @@ transport_error(const keel_s3 *s3, const req *r, uint32_t attempts)
                           " ms, stall timeout %" PRIu32 " s)\nhelp: the "
                           "object store at %s is not answering; check that "
                           "it is up and not overloaded, or raise the "
-                          "timeouts",
+                          "timeouts (KEEL_S3_CONNECT_TIMEOUT_MS, "
+                          "KEEL_S3_STALL_TIMEOUT_S)",
                           r->method, r->url, why, s3->connect_timeout_ms,
                           s3->stall_timeout_s, s3->endpoint);
     case CURLE_ABORTED_BY_CALLBACK:
@@ -605,6 +606,27 @@ pick(const char *given, const char *env, const char *dflt)
     return v && *v ? v : dflt;
 }
 
+/* A timeout: given, else the environment's variable env (a whole number
+** from 1 to 86400000), else dflt. */
+static int
+pick_timeout(uint32_t given, const char *env, uint32_t dflt, uint32_t *out)
+{
+    *out = given ? given : dflt;
+    const char *v = getenv(env);
+    if (given || !v || !*v)
+        return KEEL_OK;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*v < '0' || *v > '9' || errno || *end || n == 0 || n > 86400000ull)
+        return keel__fail(KEEL_EINVAL, "%s is '%s', not a whole number from "
+                          "1 to 86400000\nhelp: set it to a positive number, "
+                          "or unset it for the default (%" PRIu32 ")",
+                          env, v, dflt);
+    *out = (uint32_t)n;
+    return KEEL_OK;
+}
+
 static char *
 dup_str(const char *s)
 {
@@ -639,12 +661,19 @@ keel__s3_open(const keel_s3_config *cfg, keel_s3 **out)
                           "\nhelp: set AWS_ENDPOINT_URL to "
                           "http://HOST:PORT or https://HOST", ep);
 
+    uint32_t connect_ms, stall_s;
+    int rc = pick_timeout(cfg->connect_timeout_ms,
+                          "KEEL_S3_CONNECT_TIMEOUT_MS", 5000, &connect_ms);
+    if (rc || (rc = pick_timeout(cfg->stall_timeout_s,
+                                 "KEEL_S3_STALL_TIMEOUT_S", 10, &stall_s)))
+        return rc;
+
     keel_s3 *s3 = keel__calloc(1, sizeof *s3);
     if (!s3)
         return KEEL_ENOMEM;
     pthread_mutex_init(&s3->lock, NULL);
-    s3->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 5000;
-    s3->stall_timeout_s = cfg->stall_timeout_s ? cfg->stall_timeout_s : 10;
+    s3->connect_timeout_ms = connect_ms;
+    s3->stall_timeout_s = stall_s;
     s3->max_attempts = cfg->max_attempts ? cfg->max_attempts : 4;
     s3->max_inflight = cfg->max_inflight ? cfg->max_inflight : 16;
     snprintf(s3->sigv4, sizeof s3->sigv4, "aws:amz:%s:s3", region);

@@ -45,9 +45,9 @@ typedef struct keel_s3_config {
     const char *secret_key;    /* AWS_SECRET_ACCESS_KEY */
     const char *session_token; /* AWS_SESSION_TOKEN (none if unset) */
     const char *region;        /* AWS_REGION, else us-east-1 */
-    uint32_t connect_timeout_ms; /* 5000 */
+    uint32_t connect_timeout_ms; /* KEEL_S3_CONNECT_TIMEOUT_MS, else 5000 */
     uint32_t stall_timeout_s;  /* a request that moves no byte this long
-                                  fails; 10 */
+                                  fails; KEEL_S3_STALL_TIMEOUT_S, else 10 */
     uint32_t max_attempts;     /* tries of a retryable request, in all; 4 */
     uint32_t max_inflight;     /* concurrent GETs of get_ranges; 16 */
 } keel_s3_config;

@@ -805,6 +805,16 @@ store_new(int fd, const char *path, int writer)
     return st;
 }
 
+/* Unmaps a mapping of st's file; a store that only borrows its cache
+** takes it out of the cache's regions first (the cache outlives it). */
+static void
+unmap_store(keel_store *st, void *addr, size_t len)
+{
+    if (st->remote && st->remote_lent)
+        keel__cache_unregister(st->remote, addr, len);
+    keel__os->unmap(addr, len);
+}
+
 void
 keel__store_close(keel_store *st)
 {
@@ -812,19 +822,19 @@ keel__store_close(keel_store *st)
         return;
     for (uint32_t k = 0; k < st->nseg; k++)
         if (st->seg[k].base)
-            keel__os->unmap(st->seg[k].base, (size_t)st->seg[k].bytes);
+            unmap_store(st, st->seg[k].base, (size_t)st->seg[k].bytes);
     for (uint32_t c = 0; c < st->nheap; c++)
         if (st->heap[c].base)
-            keel__os->unmap(st->heap[c].base, (size_t)st->heap[c].bytes);
+            unmap_store(st, st->heap[c].base, (size_t)st->heap[c].bytes);
     for (uint32_t t = 0; t < st->nidtabs; t++)
-        keel__os->unmap(st->idtabs[t].tab, (size_t)(4ull << st->idtabs[t].log2));
+        unmap_store(st, st->idtabs[t].tab, (size_t)(4ull << st->idtabs[t].log2));
     for (size_t r = 0; r < st->nretired; r++)
-        keel__os->unmap(st->retired[r].addr, st->retired[r].len);
+        unmap_store(st, st->retired[r].addr, st->retired[r].len);
     keel__free(st->retired);
     if (st->pages)
-        keel__os->unmap(st->pages, KEEL_DATA_OFF);
+        unmap_store(st, st->pages, KEEL_DATA_OFF);
     if (st->live)
-        keel__os->unmap(st->live, KEEL_PAGE_SLOT);
+        unmap_store(st, st->live, KEEL_PAGE_SLOT);
     for (uint32_t k = 0; k < KEEL_MAX_SEGMENTS; k++) {
         keel__free(st->pend_bits[k]);
         keel__free(st->saved_bits[k]);
@@ -842,7 +852,8 @@ keel__store_close(keel_store *st)
     keel__free(st->pend_list);
     if (st->fd >= 0 && !st->remote)
         keel__os->close(st->fd);
-    keel__cache_close(st->remote); /* after every mapping of its memfd */
+    if (!st->remote_lent)
+        keel__cache_close(st->remote); /* after every mapping of its memfd */
     pthread_mutex_destroy(&st->snap_lock);
     free(st->path);
     keel__free(st);
@@ -1472,15 +1483,39 @@ fail:
     return rc;
 }
 
+static int open_remote_on(keel_cache *c, int lent, keel_store **out);
+
 int
 keel__store_open_remote(keel_cache *c, keel_store **out)
 {
+    return open_remote_on(c, 0, out);
+}
+
+int
+keel__store_reopen_remote(keel_store *old, keel_store **out)
+{
+    keel_store *st;
+    int rc = open_remote_on(old->remote, 1, &st);
+    if (rc)
+        return rc;
+    st->remote_lent = 0;
+    old->remote_lent = 1;
+    *out = st;
+    return KEEL_OK;
+}
+
+/* A store over c's memfd; lent: c stays with its owner whatever happens. */
+static int
+open_remote_on(keel_cache *c, int lent, keel_store **out)
+{
     keel_store *st = store_new(c->memfd, c->url, 0);
     if (!st) {
-        keel__cache_close(c);
+        if (!lent)
+            keel__cache_close(c);
         return KEEL_ENOMEM;
     }
     st->remote = c;
+    st->remote_lent = lent;
     keel_file_info fi;
     int rc, err = keel__os->stat(st->fd, &fi);
     if (err) {

@@ -50,6 +50,9 @@ typedef struct keel_store {
     /* Reader of a published index (s3://): the page cache whose memfd fd
      * is; the store maps it as it maps a file (cache.h). NULL otherwise. */
     keel_cache *remote;
+    int remote_lent;          /* 1: remote belongs to another store (a
+                               * reader opened over the same cache, or
+                               * the one that replaced this one) */
     keel_geometry g;
     int metric, precision;
     uint8_t identity[KEEL_IDENTITY_BYTES]; /* reader: of the file it opened */
@@ -165,6 +168,12 @@ int keel__store_open_reader(const char *path, keel_store **out);
 /* A reader of the published index behind c (cache.h), which the store
 ** takes over (closed with it, or here on failure). */
 int keel__store_open_remote(keel_cache *c, keel_store **out);
+/* A new reader over the cache of the remote store old, as its image is
+** now (the cache switched to another version): mappings and snapshot of
+** that version's file. On success the new store owns the cache and old
+** only borrows it (closing old unmaps and unregisters its mappings, and
+** leaves the cache); on failure old still owns it. */
+int keel__store_reopen_remote(keel_store *old, keel_store **out);
 /* Refuses path, which stat found to be of type (enum keel_file_type, not a
 ** regular file): KEEL_EINVAL for a directory, KEEL_ENOTINDEX otherwise. */
 int keel__not_regular_fail(const char *path, int type);
