@@ -374,6 +374,8 @@ typedef struct keel_publish_options {
     uint32_t pack_bytes;   /* most bytes per uploaded object; 0 = 8 MiB */
     uint64_t *uploaded;    /* if not NULL, receives the bytes this publish
                               sent (changed pages and the manifest) */
+    uint32_t parallel;     /* packs uploaded at once; 0 = 4, 1 = one at a
+                              time (memory: parallel x pack_bytes) */
 } keel_publish_options;
 
 /* Publishes the writer's last flush to url, "s3://BUCKET/PREFIX", as the
@@ -385,6 +387,23 @@ typedef struct keel_publish_options {
 ** adds and flushes wait while it runs). */
 int keel_publish(keel_index *idx, const char *url,
                  const keel_publish_options *opt);
+
+typedef struct keel_prune_options {
+    uint32_t orphan_grace_s; /* packs no manifest names are removed once
+                                older than the newest manifest by this many
+                                seconds; 0 = 3600; UINT32_MAX = never */
+    uint64_t *removed;       /* if not NULL, receives the objects removed */
+} keel_prune_options;
+
+/* Removes the versions of the index published at url but the newest keep
+** (keep >= 1), then every pack that only removed versions name, and packs
+** of interrupted publishes older than the newest version by the grace
+** (doc/objstore.md, section 6, has the rules that make this safe against a
+** publisher running at the same time). A reader pinned on a removed version
+** fails at its next fetch of a page it has not cached; readers of kept
+** versions are untouched. opt may be NULL. KEEL_EINVAL for keep 0,
+** KEEL_ENOTFOUND when nothing is published at url. */
+int keel_prune(const char *url, uint32_t keep, const keel_prune_options *opt);
 
 /* Many at once. */
 

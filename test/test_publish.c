@@ -15,6 +15,9 @@
 #include "s3/s3.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -295,6 +298,190 @@ TEST(publishing_to_a_missing_bucket_names_it)
               KEEL_ENOTFOUND);
     CHECK_MSG_HAS("no bucket 'keel-no-such-bucket'");
     keel_close(idx);
+}
+
+/* Objects under url's prefix whose key has part in it. */
+static size_t
+count_objects(const char *url, const char *part)
+{
+    char b[64], prefix[1024];
+    keel_s3 *s3;
+    keel_s3_entry *e;
+    size_t n = 0, k = 0;
+    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
+        keel__s3_open(NULL, &s3))
+        return SIZE_MAX;
+    if (keel__s3_list(s3, b, prefix, &e, &n) == KEEL_OK)
+        for (size_t i = 0; i < n; i++)
+            k += strstr(e[i].key, part) != NULL;
+    else
+        k = SIZE_MAX;
+    keel__s3_list_free(e, n);
+    keel__s3_close(s3);
+    return k;
+}
+
+static void
+copy_file(const char *from, const char *to)
+{
+    size_t n;
+    void *d = td_read_file(from, &n);
+    td_write_file(to, d, n);
+    free(d);
+}
+
+TEST(prune_keeps_the_newest_versions_and_removes_the_rest)
+{
+    NEED_SERVER();
+    const char *path = test_path("prune.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    char url[256], snap[5][64];
+    url_of(url, sizeof url, "prune");
+    keel_publish_options po = {.pack_bytes = 1u << 16}; /* a page a pack */
+    for (int v = 0; v < 5; v++) {
+        float *x = td_random(600, DIM, 100 + (uint64_t)v);
+        CHECK_OK(keel_add_batch(w, x, 600, NULL, NULL));
+        free(x);
+        CHECK_OK(keel_flush(w));
+        CHECK_OK(keel_publish(w, url, &po));
+        snprintf(snap[v], sizeof snap[v], "prune-v%d.keel", v + 1);
+        copy_file(path, test_path(snap[v]));
+    }
+    size_t packs_before = count_objects(url, "/pack/");
+    keel_index *pinned = NULL;
+    int remote = keel_open_reader(url, NULL, &pinned) == KEEL_OK;
+    CHECK_ERR(keel_prune(url, 0, NULL), KEEL_EINVAL);
+    CHECK_MSG_HAS("help:");
+    uint64_t removed = 0;
+    keel_prune_options o = {.removed = &removed};
+    CHECK_OK(keel_prune(url, 2, &o));
+    size_t packs_after = count_objects(url, "/pack/");
+    printf("     prune keep 2 of 5: %" PRIu64 " objects removed, packs %zu "
+           "-> %zu\n", removed, packs_before, packs_after);
+    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK(packs_after < packs_before);
+    CHECK(removed >= 3 + (packs_before - packs_after));
+    for (int v = 3; v < 5; v++) { /* the kept versions equal their files */
+        keel_index *local, *got;
+        char name[64];
+        snprintf(name, sizeof name, "prune-got%d.keel", v + 1);
+        CHECK_OK(download(url, (uint64_t)v + 1, test_path(name)));
+        CHECK_OK(keel_open_reader(test_path(name), NULL, &got));
+        CHECK_OK(keel_open_reader(test_path(snap[v]), NULL, &local));
+        CHECK_OK(keel_check(got));
+        CHECK(same_results(local, got, 30 + (uint64_t)v));
+        if (v == 4 && remote)
+            CHECK(same_results(local, pinned, 40));
+        keel_close(got);
+        keel_close(local);
+    }
+    CHECK(download(url, 3, test_path("prune-gone.keel")) == KEEL_ENOTFOUND);
+    /* every pack left is named by a kept manifest: a second prune with no
+    ** grace for orphans removes nothing */
+    o.orphan_grace_s = 0;
+    CHECK_OK(keel_prune(url, 2, &o));
+    CHECK_EQ(removed, 0);
+    if (pinned)
+        keel_close(pinned);
+    keel_close(w);
+}
+
+/* kill -9 of a publisher at any point: readers keep the previous version,
+** the next publish works. */
+TEST(a_publisher_killed_midway_leaves_nothing_adopted)
+{
+    NEED_SERVER();
+    const char *path = test_path("kill.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    float *x = td_random(2000, DIM, 50);
+    CHECK_OK(keel_add_batch(w, x, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    char url[256];
+    url_of(url, sizeof url, "kill");
+    CHECK_OK(keel_publish(w, url, NULL));
+    float *more = td_random(20000, DIM, 51);
+    CHECK_OK(keel_add_batch(w, more, 20000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    keel_close(w);
+    int completed = 0;
+    for (int round = 0; round < 10; round++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            keel_index *c;
+            keel_publish_options po = {.pack_bytes = 1u << 20};
+            if (keel_open(path, DIM, NULL, &c) ||
+                keel_publish(c, url, &po))
+                _exit(1);
+            _exit(0);
+        }
+        struct timespec ts = {0, 20000000L * (round + 1)};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        completed += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (completed)
+            break;
+        /* a reader sees version 1, whole */
+        CHECK_EQ(count_objects(url, "/manifest/"), 1);
+        keel_index *r;
+        CHECK_OK(download(url, 1, test_path("kill-v1.keel")));
+        CHECK_OK(keel_open_reader(test_path("kill-v1.keel"), NULL, &r));
+        CHECK_EQ(keel_count(r), 2000);
+        keel_close(r);
+    }
+    printf("     10 publishes killed at 20..200 ms: %d completed first\n",
+           completed);
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    if (!completed)
+        CHECK_OK(keel_publish(w, url, NULL));
+    keel_index *r;
+    CHECK_OK(download(url, 2, test_path("kill-v2.keel")));
+    CHECK_OK(keel_open_reader(test_path("kill-v2.keel"), NULL, &r));
+    CHECK_EQ(keel_count(r), 22000);
+    CHECK(same_results(w, r, 52));
+    keel_close(r);
+    keel_close(w);
+    free(x);
+    free(more);
+}
+
+static double
+secs(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ~50 MB published one pack at a time and 4 at once (printed, no bound). */
+TEST(packs_go_up_in_parallel)
+{
+    NEED_SERVER();
+    const char *path = test_path("par.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    float *x = td_random(100000, DIM, 60);
+    CHECK_OK(keel_add_batch(w, x, 100000, NULL, NULL));
+    free(x);
+    CHECK_OK(keel_flush(w));
+    double t[2];
+    uint64_t up[2];
+    for (int k = 0; k < 2; k++) {
+        char url[256];
+        url_of(url, sizeof url, k ? "par4" : "par1");
+        keel_publish_options po = {.parallel = k ? 4 : 1, .uploaded = &up[k]};
+        double t0 = secs();
+        CHECK_OK(keel_publish(w, url, &po));
+        t[k] = secs() - t0;
+    }
+    printf("     %" PRIu64 " bytes (file %" PRIu64 "): serial %.2f s, 4 "
+           "packs at once %.2f s\n", up[0], file_size(path), t[0], t[1]);
+    CHECK_EQ(up[0], up[1]);
+    keel_close(w);
 }
 
 TEST_MAIN()

@@ -20,6 +20,13 @@
 ** (4) An interrupted publish leaves only packs no manifest names; the next
 **     publish takes the same version number and reuses those packs.
 ** (5) PREFIX/latest is a hint: publish follows it, then probes forward.
+** (6) A pack is named by the xxh3-128 of its bytes seeded with the version
+**     number it is written for. So no pack a publish of version N writes
+**     can be named by a manifest below N: keel_prune, which removes only
+**     packs that manifests it removes name, can never remove a pack an
+**     in-flight publish of the next version counts on (prune.c).
+** (7) Up to opt->parallel packs are queued and sent at once; the manifest
+**     goes only after every queued pack has been sent (invariant 2).
 **
 ** This module reads the index file through the store's descriptor (the OS
 ** layer) and sends bytes through the S3 client; it holds the handle's write
@@ -90,7 +97,11 @@ typedef struct pub {
     keel_manifest next;
     uint32_t packs_cap;
     uint32_t *prev_map;       /* prev pack index -> next pack index */
-    uint8_t *pack;            /* the pack being filled */
+    uint8_t *pack;            /* the pack being filled: one of bufs */
+    uint32_t par, nq;         /* packs sent at once; packs queued */
+    uint8_t **bufs;           /* par buffers of pack_cap bytes */
+    char (*keys)[NAME_MAX_];  /* the queued packs' keys */
+    keel_s3_put_job *jobs;    /* the queued packs */
     uint64_t pack_cap, pack_fill, pack_first; /* first page in it */
     uint64_t uploaded;
 } pub;
@@ -111,29 +122,50 @@ add_pack(pub *p, keel_man_pack pk, uint32_t *index)
     return KEEL_OK;
 }
 
-/* Sends the pack being filled (invariant 1) and points its pages at it. */
+/* Sends the queued packs, up to parallel of them at once (invariant 1). A
+** pack that exists already holds these bytes: invariant (6) names it after
+** this version, so only an interrupted try at this version wrote it. */
+static int
+send_queue(pub *p)
+{
+    if (p->nq == 0)
+        return KEEL_OK;
+    int rc = keel__s3_put_many(p->s3, p->bucket, p->jobs, p->nq, p->par);
+    if (rc)
+        return keel__wrap(rc, "publishing to %s: ", p->url);
+    for (uint32_t i = 0; i < p->nq; i++)
+        if (p->jobs[i].rc == KEEL_OK)
+            p->uploaded += p->jobs[i].len;
+    p->nq = 0;
+    p->pack = p->bufs[0];
+    return KEEL_OK;
+}
+
+/* Queues the pack being filled, named by its bytes and this version
+** (invariant 6), and points its pages at it. */
 static int
 flush_pack(pub *p, uint64_t end_page)
 {
     if (p->pack_fill == 0)
         return KEEL_OK;
-    XXH128_hash_t id = XXH3_128bits(p->pack, p->pack_fill);
+    XXH128_hash_t id = XXH3_128bits_withSeed(p->pack, p->pack_fill,
+                                             p->next.seq);
     keel_man_pack pk = {id.high64, id.low64, p->pack_fill};
-    char key[NAME_MAX_];
-    keel__pack_key(key, sizeof key, p->prefix, &pk);
-    int rc = keel__s3_put(p->s3, p->bucket, key, p->pack, p->pack_fill,
-                          KEEL_S3_CREATE_ONLY, NULL);
-    if (rc == KEEL_OK)
-        p->uploaded += p->pack_fill;
-    else if (rc != KEEL_S3_EXISTS) /* exists: the same bytes, from before */
-        return keel__wrap(rc, "publishing to %s: ", p->url);
+    keel__pack_key(p->keys[p->nq], NAME_MAX_, p->prefix, &pk);
+    p->jobs[p->nq] = (keel_s3_put_job){p->keys[p->nq], p->pack,
+                                       (size_t)p->pack_fill, 0};
+    p->nq++;
     uint32_t k;
-    if ((rc = add_pack(p, pk, &k)))
+    int rc = add_pack(p, pk, &k);
+    if (rc)
         return rc;
     for (uint64_t i = p->pack_first; i < end_page; i++)
         if (p->next.pages[i].pack == PENDING)
             p->next.pages[i].pack = k;
     p->pack_fill = 0;
+    if (p->nq == p->par)
+        return send_queue(p);
+    p->pack = p->bufs[p->nq];
     return KEEL_OK;
 }
 
@@ -276,17 +308,25 @@ publish_commit(pub *p, keel_store *st, keel_header *h)
     p->next.npages = (h->file_end + PAGE - 1) / PAGE;
     p->next.pages = keel__calloc(p->next.npages, sizeof *p->next.pages);
     uint8_t *buf = keel__malloc(PAGE);
-    p->pack = keel__malloc(p->pack_cap);
-    if (!p->next.pages || !buf || !p->pack) {
+    p->bufs = keel__calloc(p->par, sizeof *p->bufs);
+    p->keys = keel__calloc(p->par, sizeof *p->keys);
+    p->jobs = keel__calloc(p->par, sizeof *p->jobs);
+    int ok = p->next.pages && buf && p->bufs && p->keys && p->jobs;
+    for (uint32_t i = 0; ok && i < p->par; i++)
+        ok = (p->bufs[i] = keel__malloc(p->pack_cap)) != NULL;
+    if (!ok) {
         keel__free(buf);
         return KEEL_ENOMEM;
     }
+    p->pack = p->bufs[0];
     for (uint64_t i = 0; i < p->next.npages && !rc; i++)
         if (!(rc = image_page(st, h, i, buf)))
             rc = place_page(p, i, buf);
     keel__free(buf);
     if (!rc)
         rc = flush_pack(p, p->next.npages);
+    if (!rc)
+        rc = send_queue(p);
     if (!rc)
         rc = commit_manifest(p);
     return rc;
@@ -312,6 +352,7 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     }
     uint32_t cap = opt && opt->pack_bytes ? opt->pack_bytes : PACK_DFLT;
     p->pack_cap = KEEL_MAX(PAGE, cap / PAGE * PAGE);
+    p->par = opt && opt->parallel ? KEEL_MIN(opt->parallel, 16u) : 4u;
     int rc = keel__s3_url_parse(url, p->bucket, sizeof p->bucket, p->prefix,
                                 sizeof p->prefix);
     if (!rc) {
@@ -333,7 +374,11 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     keel__manifest_free(&p->prev);
     keel__manifest_free(&p->next);
     keel__free(p->prev_map);
-    keel__free(p->pack);
+    for (uint32_t i = 0; p->bufs && i < p->par; i++)
+        keel__free(p->bufs[i]);
+    keel__free(p->bufs);
+    keel__free(p->keys);
+    keel__free(p->jobs);
     keel__free(p);
     keel__free(h);
     return rc;

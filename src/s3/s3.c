@@ -1033,3 +1033,316 @@ keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
     keel__free(lanes);
     return rc;
 }
+
+/* --- listing ------------------------------------------------------------- */
+
+#define S3_LIST_MAX (8u << 20) /* bytes of one listing page's answer */
+
+/* Appends s to out percent-encoded (all but A-Z a-z 0-9 - . _ ~), as SigV4
+** and a query string want it. 0 when it does not fit. */
+static int
+url_escape(char *out, size_t cap, const char *s)
+{
+    size_t n = strlen(out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                    c == '_' || c == '~';
+        if (n + 4 > cap)
+            return 0;
+        if (plain)
+            out[n++] = (char)c;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "%%%02X", c);
+    }
+    out[n] = '\0';
+    return 1;
+}
+
+/* The text between <tag> and </tag> in [p, end), or NULL; *len its length.
+** No nesting is assumed beyond what ListObjectsV2 sends. */
+static const char *
+xml_field(const char *p, const char *end, const char *tag, size_t *len)
+{
+    char open[48], close[48];
+    snprintf(open, sizeof open, "<%s>", tag);
+    snprintf(close, sizeof close, "</%s>", tag);
+    size_t ol = strlen(open), cl = strlen(close);
+    for (const char *a = p; a + ol <= end; a++) {
+        if (memcmp(a, open, ol) != 0)
+            continue;
+        a += ol;
+        for (const char *b = a; b + cl <= end; b++)
+            if (memcmp(b, close, cl) == 0) {
+                *len = (size_t)(b - a);
+                return a;
+            }
+        return NULL;
+    }
+    return NULL;
+}
+
+/* Decodes the five XML entities of t (len bytes) into out; 0 on anything
+** else or when it does not fit. */
+static int
+xml_text(char *out, size_t cap, const char *t, size_t len)
+{
+    static const struct { const char *ent; char c; } ents[] = {
+        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'},
+        {"&apos;", '\''}};
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        if (n + 1 >= cap)
+            return 0;
+        if (t[i] != '&') {
+            out[n++] = t[i++];
+            continue;
+        }
+        size_t k = 0;
+        while (k < 5 && strncmp(t + i, ents[k].ent, strlen(ents[k].ent)))
+            k++;
+        if (k == 5 || i + strlen(ents[k].ent) > len)
+            return 0;
+        out[n++] = ents[k].c;
+        i += strlen(ents[k].ent);
+    }
+    out[n] = '\0';
+    return 1;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS[.fff]Z" as ms since the epoch, or -1. */
+static int64_t
+iso8601_ms(const char *t, size_t len)
+{
+    char s[40];
+    if (len >= sizeof s)
+        return -1;
+    memcpy(s, t, len);
+    s[len] = '\0';
+    int y, mo, d, h, mi, sec, ms = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &sec) != 6)
+        return -1;
+    const char *dot = strchr(s, '.');
+    if (dot)
+        for (int i = 1, scale = 100; i <= 3 && dot[i] >= '0' && dot[i] <= '9';
+             i++, scale /= 10)
+            ms += (dot[i] - '0') * scale;
+    /* days from civil (Howard Hinnant's algorithm) */
+    y -= mo <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = era * 146097 + doe - 719468;
+    return ((days * 24 + h) * 60 + mi) * 60000 + (int64_t)sec * 1000 + ms;
+}
+
+/* Adds the <Contents> of one answer to *out; sets token to the next
+** continuation token ("" when the listing is complete). */
+static int
+list_parse(const req *r, keel_s3_entry **out, size_t *n, size_t *cap,
+           char *token, size_t token_cap)
+{
+    const char *p = (const char *)r->buf, *end = p + r->got;
+    size_t len;
+    if (!memmem(p, r->got, "<ListBucketResult", 17))
+        return keel__fail(KEEL_EIO, "GET %s did not answer a listing (%zu "
+                          "bytes without <ListBucketResult>)\nhelp: check "
+                          "that the endpoint is an S3 store that supports "
+                          "ListObjectsV2", r->url, r->got);
+    const char *c;
+    while ((c = xml_field(p, end, "Contents", &len))) {
+        const char *ce = c + len;
+        p = ce;
+        size_t kl, sl, ml;
+        const char *k = xml_field(c, ce, "Key", &kl);
+        const char *s = xml_field(c, ce, "Size", &sl);
+        const char *m = xml_field(c, ce, "LastModified", &ml);
+        char key[1100];
+        if (!k || !s || !m || !xml_text(key, sizeof key, k, kl) ||
+            !key_ok(key))
+            continue; /* not a key keel writes */
+        if (*n == *cap) {
+            size_t nc = *cap ? 2 * *cap : 64;
+            keel_s3_entry *ne = keel__realloc(*out, nc * sizeof *ne);
+            if (!ne)
+                return KEEL_ENOMEM;
+            *out = ne;
+            *cap = nc;
+        }
+        keel_s3_entry *e = &(*out)[*n];
+        if (!(e->key = keel__malloc(strlen(key) + 1)))
+            return KEEL_ENOMEM;
+        strcpy(e->key, key);
+        e->size = strtoull(s, NULL, 10);
+        e->mtime_ms = iso8601_ms(m, ml);
+        (*n)++;
+    }
+    token[0] = '\0';
+    const char *tr = xml_field((const char *)r->buf, end, "IsTruncated", &len);
+    if (tr && len == 4 && memcmp(tr, "true", 4) == 0) {
+        const char *t = xml_field((const char *)r->buf, end,
+                                  "NextContinuationToken", &len);
+        if (!t || len == 0 || !xml_text(token, token_cap, t, len))
+            return keel__fail(KEEL_EIO, "GET %s: a truncated listing "
+                              "without a usable continuation token\nhelp: "
+                              "the store's ListObjectsV2 answer is not "
+                              "one keel can follow", r->url);
+    }
+    return KEEL_OK;
+}
+
+int
+keel__s3_list(keel_s3 *s3, const char *bucket, const char *prefix,
+              keel_s3_entry **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    int rc = check_names(bucket, NULL);
+    if (rc != KEEL_OK)
+        return rc;
+    size_t cap = 0;
+    char token[1024] = "";
+    do {
+        req r;
+        req_init(&r, s3, "GET", bucket, NULL);
+        snprintf(r.url, sizeof r.url, "%s/%s?list-type=2&prefix=",
+                 s3->endpoint, bucket);
+        int fits = url_escape(r.url, sizeof r.url, prefix);
+        if (fits && token[0]) {
+            size_t ul = strlen(r.url);
+            snprintf(r.url + ul, sizeof r.url - ul, "&continuation-token=");
+            fits = url_escape(r.url, sizeof r.url, token);
+        }
+        if (!fits) {
+            rc = keel__fail(KEEL_EINVAL, "listing '%s' in bucket '%s': the "
+                            "request URL is longer than %d bytes\nhelp: use "
+                            "a shorter prefix", prefix, bucket, S3_URL_MAX);
+            break;
+        }
+        r.grow = 1;
+        r.cap = S3_LIST_MAX;
+        pthread_mutex_lock(&s3->lock);
+        rc = req_run(s3, &r);
+        pthread_mutex_unlock(&s3->lock);
+        if (rc == KEEL_OK)
+            rc = list_parse(&r, out, n, &cap, token, sizeof token);
+        else if (rc < 0)
+            rc = keel__fail(KEEL_EIO, "GET %s answered %ld to a listing\n"
+                            "help: check the store", r.url, r.status);
+        free(r.buf);
+        req_free(&r);
+    } while (rc == KEEL_OK && token[0]);
+    if (rc != KEEL_OK) {
+        keel__s3_list_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+void
+keel__s3_list_free(keel_s3_entry *e, size_t n)
+{
+    for (size_t i = 0; e && i < n; i++)
+        keel__free(e[i].key);
+    keel__free(e);
+}
+
+/* --- concurrent create-only PUTs ---------------------------------------- */
+
+int
+keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
+                  size_t n, uint32_t inflight)
+{
+    int rc = check_names(bucket, NULL);
+    for (size_t i = 0; rc == KEEL_OK && i < n; i++)
+        rc = check_names(bucket, jobs[i].key);
+    if (rc != KEEL_OK || n == 0)
+        return rc;
+    if (inflight == 0 || inflight > s3->max_inflight)
+        inflight = s3->max_inflight;
+    uint32_t nl = (uint32_t)KEEL_MIN((size_t)inflight, n);
+    lane *lanes = keel__calloc(nl, sizeof *lanes);
+    if (!lanes)
+        return KEEL_ENOMEM;
+    pthread_mutex_lock(&s3->lock);
+    size_t next = 0, done = 0;
+    for (uint32_t i = 0; i < nl; i++)
+        lanes[i].h = s3->lanes[i];
+    while (rc == KEEL_OK && done < n) {
+        uint64_t now = now_ms();
+        int wait = 100;
+        for (uint32_t i = 0; rc == KEEL_OK && i < nl; i++) {
+            lane *ln = &lanes[i];
+            if (ln->busy)
+                continue;
+            if (ln->waiting && ln->wake_ms > now) {
+                wait = (int)KEEL_MIN((uint64_t)wait, ln->wake_ms - now);
+                continue;
+            }
+            if (!ln->waiting) {
+                if (next == n)
+                    continue;
+                ln->idx = next++;
+                ln->attempts = 0;
+            }
+            req_free(&ln->r);
+            keel_s3_put_job *j = &jobs[ln->idx];
+            req_init(&ln->r, s3, "PUT", bucket, j->key);
+            ln->r.src = j->data ? j->data : (const unsigned char *)"";
+            ln->r.src_len = j->len;
+            ln->r.if_none_match = "*";
+            if ((rc = req_setup(s3, ln->h, &ln->r)) != KEEL_OK)
+                break;
+            if (curl_multi_add_handle(s3->multi, ln->h) != CURLM_OK)
+                rc = keel__fail(KEEL_ENOMEM, "could not queue PUT %s\nhelp: "
+                                "free memory", ln->r.url);
+            ln->busy = rc == KEEL_OK;
+            ln->waiting = 0;
+        }
+        int running = 0;
+        if (rc == KEEL_OK && curl_multi_perform(s3->multi, &running) !=
+                                 CURLM_OK)
+            rc = keel__fail(KEEL_EIO, "the transfer engine failed during "
+                            "PUTs to %s\nhelp: retry", s3->endpoint);
+        CURLMsg *m;
+        int left, ended = 0;
+        while (rc == KEEL_OK && (m = curl_multi_info_read(s3->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            req *r = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+            lane *ln = (lane *)((char *)r - offsetof(lane, r));
+            curl_multi_remove_handle(s3->multi, ln->h);
+            ln->busy = 0;
+            ln->r.cc = m->data.result;
+            ln->attempts++;
+            ended = 1;
+            if (retryable(&ln->r) && ln->attempts < s3->max_attempts) {
+                ln->waiting = 1;
+                ln->wake_ms = now_ms() + backoff_ms(ln->attempts - 1);
+                continue;
+            }
+            int jr = req_verdict(s3, &ln->r, ln->attempts);
+            jobs[ln->idx].rc = jr;
+            done++;
+            if (jr != KEEL_OK && jr != KEEL_S3_EXISTS)
+                rc = jr < 0 ? keel__fail(KEEL_EIO, "PUT %s answered %ld\n"
+                                         "help: check the store", ln->r.url,
+                                         ln->r.status)
+                            : jr;
+        }
+        if (rc == KEEL_OK && done < n && !ended)
+            curl_multi_poll(s3->multi, NULL, 0, wait, NULL);
+    }
+    for (uint32_t i = 0; i < nl; i++) {
+        if (lanes[i].busy)
+            curl_multi_remove_handle(s3->multi, lanes[i].h);
+        req_free(&lanes[i].r);
+    }
+    pthread_mutex_unlock(&s3->lock);
+    keel__free(lanes);
+    return rc;
+}

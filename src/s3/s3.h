@@ -116,6 +116,38 @@ int keel__s3_put_file(keel_s3 *s3, const char *bucket, const char *key,
 /* Removes an object; removing one that is not there succeeds (S3's rule). */
 int keel__s3_delete(keel_s3 *s3, const char *bucket, const char *key);
 
+/* One object of a listing. */
+typedef struct keel_s3_entry {
+    char *key;                /* keel__malloc'd with the array */
+    uint64_t size;            /* bytes */
+    int64_t mtime_ms;         /* LastModified, ms since the epoch (UTC) */
+} keel_s3_entry;
+
+/* Lists every object whose key starts with prefix (ListObjectsV2, following
+** continuation tokens), in the store's order (by key). *out gets n entries
+** (free with keel__s3_list_free); keys that are not keel's safe characters
+** are left out, never decoded. An answer that is not a listing is KEEL_EIO
+** naming the URL. */
+int keel__s3_list(keel_s3 *s3, const char *bucket, const char *prefix,
+                  keel_s3_entry **out, size_t *n);
+void keel__s3_list_free(keel_s3_entry *e, size_t n);
+
+/* One create-only PUT of put_many: len bytes of data under key. rc gets
+** KEEL_OK, KEEL_S3_EXISTS or an error code. */
+typedef struct keel_s3_put_job {
+    const char *key;
+    const void *data;
+    size_t len;
+    int rc;
+} keel_s3_put_job;
+
+/* Runs n create-only PUTs with up to inflight (0: max_inflight) on the wire
+** at once, each retried as put retries. Returns KEEL_OK when every job
+** ended in KEEL_OK or KEEL_S3_EXISTS, else the first failure (message
+** set); each job's rc says how it ended. */
+int keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
+                      size_t n, uint32_t inflight);
+
 /* Reads n ranges with up to inflight of them on the wire at once (0 or more
 ** than the client's max_inflight: max_inflight). Each range is checked as
 ** get_range checks it; bytes land in each range's own buffer, so results
