@@ -144,6 +144,7 @@ int cmd_delete(int argc, char **argv);
 int cmd_get(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 int cmd_ids(int argc, char **argv);
 int cmd_backup(int argc, char **argv);
 

@@ -370,3 +370,40 @@ cmd_publish(int argc, char **argv)
         rc = cli_keel_error(krc);
     return close_index(idx, rc);
 }
+
+/* --- prune ----------------------------------------------------------------- */
+
+int
+cmd_prune(int argc, char **argv)
+{
+    static const char *const names[] = {"URL"};
+    cli_opt opts[] = {{"--keep", 1, NULL}, {"--json", 0, NULL}};
+    int npos, rc = cli_parse("prune", argc, argv, opts, 2, &npos);
+    if (rc == CLI_OK)
+        rc = cli_want("prune", npos, argv, names, 1, 0);
+    if (rc != CLI_OK)
+        return rc;
+    uint64_t keep = 2;
+    if (opts[0].value &&
+        (rc = cli_u64("prune", "--keep", opts[0].value, 1, UINT32_MAX,
+                      &keep)) != CLI_OK)
+        return rc;
+    uint64_t removed = 0;
+    keel_prune_options po = {.removed = &removed};
+    double start = cli_now();
+    int krc = keel_prune(argv[0], (uint32_t)keep, &po);
+    if (krc != KEEL_OK)
+        return cli_keel_error(krc);
+    if (opts[1].value) {
+        fputs("{\"url\": ", stdout);
+        cli_json_string(stdout, argv[0]);
+        printf(", \"kept\": %llu, \"removed\": %llu, \"seconds\": %.3f}\n",
+               (unsigned long long)keep, (unsigned long long)removed,
+               cli_now() - start);
+    } else {
+        printf("pruned %s in %.2f s: kept the newest %llu versions, removed "
+               "%llu objects\n", argv[0], cli_now() - start,
+               (unsigned long long)keep, (unsigned long long)removed);
+    }
+    return CLI_OK;
+}

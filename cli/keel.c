@@ -110,6 +110,17 @@ static const struct command commands[] = {
      "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION. search, info\n"
      "and check take the URL in place of INDEX (KEEL_CACHE_DIR: a disk\n"
      "cache of its pages).\n"},
+    {"prune", cmd_prune, "remove old published versions",
+     "usage: keel prune s3://BUCKET/PREFIX [--keep N] [--json]\n"
+     "\n"
+     "Removes the versions published at the URL but the newest N (default\n"
+     "2), the objects only they name, and objects of interrupted publishes\n"
+     "older than the newest version by an hour. Readers of kept versions are\n"
+     "untouched; a publisher running meanwhile is safe.\n"
+     "\n"
+     "options:\n"
+     "  --keep N               versions to keep, at least 1 (default 2)\n"
+     "  --json                 print the result as one JSON object\n"},
     {"delete", cmd_delete, "delete vectors by id",
      "usage: keel delete INDEX ID... [--json]\n"
      "\n"

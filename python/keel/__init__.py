@@ -26,10 +26,11 @@ _keel._setup(BY_CODE, IndexNotFoundError, _coerce)
 
 __version__ = _keel.KEEL_VERSION
 strerror = _keel.strerror
+prune = _keel.prune
 __all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Filter", "Error",
            "InvalidArgumentError", "DimensionMismatchError",
            "OptionsMismatchError", "NotFoundError", "IndexNotFoundError",
            "IdNotFoundError", "NotAnIndexError", "IdInUseError",
            "IndexLockedError", "ReadOnlyError", "CorruptIndexError",
            "IndexFullError", "IndexIOError", "OutOfMemoryError",
-           "VersionError", "CancelledError", "strerror"]
+           "VersionError", "CancelledError", "strerror", "prune"]

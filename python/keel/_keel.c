@@ -1684,11 +1684,60 @@ module_strerror(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(keel_strerror((int)rc));
 }
 
+/* prune(url, keep=2): removes published versions but the newest keep
+** (keel_prune); returns the number of objects removed. */
+static PyObject *
+module_prune(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *names[] = {"url", "keep", NULL};
+    PyObject *url_obj, *keep_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:prune", names, &url_obj,
+                                     &keep_obj))
+        return NULL;
+    if (!PyUnicode_Check(url_obj))
+        return PyErr_Format(PyExc_TypeError, "prune() takes url as a str, not "
+                            "%s (%R)\nhelp: pass 's3://BUCKET/PREFIX'",
+                            Py_TYPE(url_obj)->tp_name, url_obj);
+    long long keep = 2;
+    if (keep_obj) {
+        int overflow = 0;
+        if (!PyLong_Check(keep_obj) || PyBool_Check(keep_obj))
+            return PyErr_Format(PyExc_TypeError, "prune() takes keep as an "
+                                "int, not %s (%R)\nhelp: pass the number of "
+                                "versions to keep, such as keep=2",
+                                Py_TYPE(keep_obj)->tp_name, keep_obj);
+        keep = PyLong_AsLongLongAndOverflow(keep_obj, &overflow);
+        if (keep == -1 && PyErr_Occurred())
+            return NULL;
+        if (overflow || keep < 1 || keep > UINT32_MAX)
+            return PyErr_Format(PyExc_ValueError, "prune() was given keep=%R"
+                                "\nhelp: keep at least 1 version (at most "
+                                "4294967295)", keep_obj);
+    }
+    const char *url = PyUnicode_AsUTF8(url_obj);
+    if (!url)
+        return NULL;
+    uint64_t removed = 0;
+    keel_prune_options o = {.removed = &removed};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_prune(url, (uint32_t)keep, &o);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_keel(rc, 0);
+    return PyLong_FromUnsignedLongLong(removed);
+}
+
 static PyMethodDef module_methods[] = {
     {"_setup", module_setup, METH_VARARGS, "Internal: connect the Python "
      "layer (exception classes and input helpers)."},
     {"strerror", module_strerror, METH_O, "strerror(code)\n--\n\nkeel's short "
      "description of an error code."},
+    {"prune", (PyCFunction)(void (*)(void))module_prune,
+     METH_VARARGS | METH_KEYWORDS, "prune(url, keep=2)\n--\n\nRemove the "
+     "versions published at 's3://BUCKET/PREFIX' but the newest keep, and the "
+     "objects only they name; returns the number of objects removed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,3 +53,26 @@ def test_a_published_index_searches_like_the_file(tmp_path):
 def test_a_url_with_no_index_is_not_found():
     with pytest.raises(keel.NotFoundError, match="no index is published"):
         keel.IndexReader(url("nothing-here"))
+
+
+def test_prune_keeps_the_newest_versions(tmp_path):
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((1500, 16)).astype(np.float32)
+    u = url("prune")
+    with keel.VectorIndex(str(tmp_path / "p.keel"), 16) as w:
+        w.add_batch(vecs)
+        w.flush()
+        for i in range(3):
+            w.publish(u)
+            w.delete(i)
+            w.flush()
+        w.publish(u)
+        assert keel.prune(u, keep=1) > 0
+        assert keel.prune(u, keep=1) == 0
+        with keel.IndexReader(u) as r:
+            assert len(r) == len(w) == 1497
+            ids_a, _ = r.search(vecs[10], 5)
+            ids_b, _ = w.search(vecs[10], 5)
+            assert np.array_equal(ids_a, ids_b)
+    with pytest.raises(ValueError, match="keep"):
+        keel.prune(u, keep=0)

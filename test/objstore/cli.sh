@@ -29,4 +29,19 @@ cmp -s file.tsv url.tsv || fail "the URL's results differ from the file's"
 [ -n "$(ls "$T/cache")" ] || fail "no page in the disk cache"
 "$KEEL" publish i.keel "s3://keel-no-such-bucket/x" 2>err.txt && fail "publish to a missing bucket"
 grep -q "help:" err.txt || fail "no help line for a missing bucket"
-echo "ok   cli.sh: publish, info, check and search on $URL"
+# Three more versions, then prune to the newest one: it still searches
+# like the file, and the JSON says what went.
+for n in 1 2 3; do
+    "$KEEL" delete i.keel $n >/dev/null || fail "delete $n"
+    "$KEEL" publish i.keel "$URL" >/dev/null || fail "publish version $((n + 1))"
+done
+"$KEEL" prune "$URL" --keep 1 --json >prune.json || fail "prune"
+grep -q '"kept": 1' prune.json || fail "prune --json: $(cat prune.json)"
+grep -q '"removed": [1-9]' prune.json || fail "prune removed nothing: $(cat prune.json)"
+"$KEEL" info "$URL" | grep -q "live vectors: *1,997" || fail "info after prune"
+"$KEEL" search i.keel v.fvecs -k 5 --out file2.tsv >/dev/null 2>&1 || fail "search the file again"
+"$KEEL" search "$URL" v.fvecs -k 5 --out url2.tsv >/dev/null 2>&1 || fail "search the URL after prune"
+cmp -s file2.tsv url2.tsv || fail "after prune the URL's results differ from the file's"
+"$KEEL" prune "$URL" --keep 0 2>err.txt && fail "prune --keep 0"
+grep -q "help:" err.txt || fail "no help line for --keep 0"
+echo "ok   cli.sh: publish, info, check, search and prune on $URL"
