@@ -206,6 +206,7 @@ struct writer_arg {
     int stop;
     uint64_t flushes;   /* completed (atomic) */
     int failed;
+    int done;           /* the writer returned (atomic) */
 };
 
 /* Cycle j (from 1): adds ids [BATCH(j-1), BATCH j) (half as a batch, half
@@ -232,6 +233,7 @@ writer_main(void *p)
         }
         __atomic_store_n(&a->flushes, j, __ATOMIC_RELEASE);
     }
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -296,7 +298,14 @@ TEST(twenty_backups_while_a_writer_writes)
                   (unsigned long long)j);
         distinct += j != last;
         last = j;
-        usleep(2000);
+        /* Let the writer flush once more before the next copy (bounded
+         * wait: on a loaded machine a fixed sleep may see no flush). */
+        uint64_t seen = __atomic_load_n(&a.flushes, __ATOMIC_ACQUIRE);
+        for (int w = 0; w < 5000 &&
+                        __atomic_load_n(&a.flushes, __ATOMIC_ACQUIRE) == seen &&
+                        !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+             w++)
+            usleep(1000);
     }
     __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);

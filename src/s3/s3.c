@@ -906,57 +906,41 @@ now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int
-lane_start(keel_s3 *s3, lane *ln, const char *bucket, const keel_s3_range *rg)
-{
-    req_init(&ln->r, s3, "GET", bucket, rg->key);
-    set_range(&ln->r, rg->off, rg->len);
-    ln->r.buf = rg->buf;
-    ln->r.cap = rg->len;
-    int rc = req_setup(s3, ln->h, &ln->r);
-    if (rc != KEEL_OK)
-        return rc;
-    if (curl_multi_add_handle(s3->multi, ln->h) != CURLM_OK)
-        return keel__fail(KEEL_ENOMEM, "could not queue GET %s\nhelp: free "
-                          "memory", ln->r.url);
-    ln->busy = 1;
-    ln->waiting = 0;
-    return KEEL_OK;
-}
+/* What one kind of concurrent request does on a lane: prepare fills the
+** request for item i; verdict judges an ended one (retries spent or not
+** needed) and returns KEEL_OK or the error that stops the whole call. */
+typedef struct lane_ops {
+    const char *what;    /* "GETs from", "PUTs to": for messages */
+    void (*prepare)(keel_s3 *s3, req *r, const char *bucket, size_t i,
+                    void *arg);
+    int (*verdict)(keel_s3 *s3, req *r, uint32_t attempts, size_t i,
+                   void *arg);
+} lane_ops;
 
-/* A lane's transfer ended: KEEL_OK (range done), 1 (retry later) or an
-** error. */
+/* Runs n requests on up to inflight lanes of the client's multi handle:
+** each lane takes the next item, retries a retryable failure after a
+** backoff (other lanes go on meanwhile), and the first failure the verdict
+** returns stops the call. Every lane is taken off the multi handle before
+** it returns. */
 static int
-lane_done(keel_s3 *s3, lane *ln, CURLcode cc, const keel_s3_range *rg)
+lanes_run(keel_s3 *s3, const char *bucket, size_t n, uint32_t inflight,
+          const lane_ops *ops, void *arg)
 {
-    curl_multi_remove_handle(s3->multi, ln->h);
-    ln->busy = 0;
-    ln->r.cc = cc;
-    ln->attempts++;
-    if (retryable(&ln->r) && ln->attempts < s3->max_attempts) {
-        ln->waiting = 1;
-        ln->wake_ms = now_ms() + backoff_ms(ln->attempts - 1);
-        return 1;
-    }
-    int rc = req_verdict(s3, &ln->r, ln->attempts);
-    if (rc == KEEL_OK)
-        rc = range_verdict(&ln->r, rg->off, rg->len);
-    else if (rc < 0)
-        rc = keel__fail(KEEL_EIO, "GET %s answered %ld to a plain ranged "
-                        "read\nhelp: check the store", ln->r.url,
-                        ln->r.status);
-    return rc;
-}
-
-static int
-ranges_loop(keel_s3 *s3, const char *bucket, const keel_s3_range *rg,
-            size_t n, lane *lanes, uint32_t nl)
-{
+    if (inflight == 0 || inflight > s3->max_inflight)
+        inflight = s3->max_inflight;
+    uint32_t nl = (uint32_t)KEEL_MIN((size_t)inflight, n);
+    lane *lanes = keel__calloc(nl, sizeof *lanes);
+    if (!lanes)
+        return KEEL_ENOMEM;
+    pthread_mutex_lock(&s3->lock);
+    for (uint32_t i = 0; i < nl; i++)
+        lanes[i].h = s3->lanes[i];
     size_t next = 0, done = 0;
-    while (done < n) {
+    int rc = KEEL_OK;
+    while (rc == KEEL_OK && done < n) {
         uint64_t now = now_ms();
         int wait = 100;
-        for (uint32_t i = 0; i < nl; i++) {
+        for (uint32_t i = 0; rc == KEEL_OK && i < nl; i++) {
             lane *ln = &lanes[i];
             if (ln->busy)
                 continue;
@@ -971,35 +955,81 @@ ranges_loop(keel_s3 *s3, const char *bucket, const keel_s3_range *rg,
                 ln->attempts = 0;
             }
             req_free(&ln->r);
-            int rc = lane_start(s3, ln, bucket, &rg[ln->idx]);
-            if (rc != KEEL_OK)
-                return rc;
+            ops->prepare(s3, &ln->r, bucket, ln->idx, arg);
+            if ((rc = req_setup(s3, ln->h, &ln->r)) != KEEL_OK)
+                break;
+            if (curl_multi_add_handle(s3->multi, ln->h) != CURLM_OK)
+                rc = keel__fail(KEEL_ENOMEM, "could not queue %s %s\nhelp: "
+                                "free memory", ln->r.method, ln->r.url);
+            ln->busy = rc == KEEL_OK;
+            ln->waiting = 0;
         }
         int running = 0;
-        if (curl_multi_perform(s3->multi, &running) != CURLM_OK)
-            return keel__fail(KEEL_EIO, "the transfer engine failed during "
-                              "GETs from %s\nhelp: retry", s3->endpoint);
+        if (rc == KEEL_OK &&
+            curl_multi_perform(s3->multi, &running) != CURLM_OK)
+            rc = keel__fail(KEEL_EIO, "the transfer engine failed during "
+                            "%s %s\nhelp: retry", ops->what, s3->endpoint);
         CURLMsg *m;
         int left, ended = 0;
-        while ((m = curl_multi_info_read(s3->multi, &left))) {
+        while (rc == KEEL_OK && (m = curl_multi_info_read(s3->multi, &left))) {
             if (m->msg != CURLMSG_DONE)
                 continue;
             req *r = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
             lane *ln = (lane *)((char *)r - offsetof(lane, r));
-            int rc = lane_done(s3, ln, m->data.result, &rg[ln->idx]);
+            curl_multi_remove_handle(s3->multi, ln->h);
+            ln->busy = 0;
+            ln->r.cc = m->data.result;
+            ln->attempts++;
             ended = 1;
-            if (rc == KEEL_OK)
-                done++;
-            else if (rc != 1)
-                return rc;
+            if (retryable(&ln->r) && ln->attempts < s3->max_attempts) {
+                ln->waiting = 1;
+                ln->wake_ms = now_ms() + backoff_ms(ln->attempts - 1);
+                continue;
+            }
+            done++;
+            rc = ops->verdict(s3, &ln->r, ln->attempts, ln->idx, arg);
         }
-        /* a lane that just ended takes the next range before any wait */
-        if (done < n && !ended)
+        /* a lane that just ended takes the next item before any wait */
+        if (rc == KEEL_OK && done < n && !ended)
             curl_multi_poll(s3->multi, NULL, 0, wait, NULL);
     }
-    return KEEL_OK;
+    for (uint32_t i = 0; i < nl; i++) {
+        if (lanes[i].busy)
+            curl_multi_remove_handle(s3->multi, lanes[i].h);
+        req_free(&lanes[i].r);
+    }
+    pthread_mutex_unlock(&s3->lock);
+    keel__free(lanes);
+    return rc;
 }
+
+/* --- concurrent ranged GETs ---------------------------------------------- */
+
+static void
+range_prepare(keel_s3 *s3, req *r, const char *bucket, size_t i, void *arg)
+{
+    const keel_s3_range *rg = (const keel_s3_range *)arg + i;
+    req_init(r, s3, "GET", bucket, rg->key);
+    set_range(r, rg->off, rg->len);
+    r->buf = rg->buf;
+    r->cap = rg->len;
+}
+
+static int
+range_judge(keel_s3 *s3, req *r, uint32_t attempts, size_t i, void *arg)
+{
+    const keel_s3_range *rg = (const keel_s3_range *)arg + i;
+    int rc = req_verdict(s3, r, attempts);
+    if (rc == KEEL_OK)
+        return range_verdict(r, rg->off, rg->len);
+    if (rc < 0)
+        return keel__fail(KEEL_EIO, "GET %s answered %ld to a plain ranged "
+                          "read\nhelp: check the store", r->url, r->status);
+    return rc;
+}
+
+static const lane_ops range_ops = {"GETs from", range_prepare, range_judge};
 
 int
 keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
@@ -1014,24 +1044,7 @@ keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
     }
     if (rc != KEEL_OK || n == 0)
         return rc;
-    if (inflight == 0 || inflight > s3->max_inflight)
-        inflight = s3->max_inflight;
-    uint32_t nl = (uint32_t)KEEL_MIN((size_t)inflight, n);
-    lane *lanes = keel__calloc(nl, sizeof *lanes);
-    if (!lanes)
-        return KEEL_ENOMEM;
-    for (uint32_t i = 0; i < nl; i++)
-        lanes[i].h = s3->lanes[i];
-    pthread_mutex_lock(&s3->lock);
-    rc = ranges_loop(s3, bucket, ranges, n, lanes, nl);
-    for (uint32_t i = 0; i < nl; i++) {
-        if (lanes[i].busy)
-            curl_multi_remove_handle(s3->multi, lanes[i].h);
-        req_free(&lanes[i].r);
-    }
-    pthread_mutex_unlock(&s3->lock);
-    keel__free(lanes);
-    return rc;
+    return lanes_run(s3, bucket, n, inflight, &range_ops, (void *)ranges);
 }
 
 /* --- listing ------------------------------------------------------------- */
@@ -1252,6 +1265,31 @@ keel__s3_list_free(keel_s3_entry *e, size_t n)
 
 /* --- concurrent create-only PUTs ---------------------------------------- */
 
+static void
+put_prepare(keel_s3 *s3, req *r, const char *bucket, size_t i, void *arg)
+{
+    const keel_s3_put_job *j = (const keel_s3_put_job *)arg + i;
+    req_init(r, s3, "PUT", bucket, j->key);
+    r->src = j->data ? j->data : (const unsigned char *)"";
+    r->src_len = j->len;
+    r->if_none_match = "*";
+}
+
+static int
+put_judge(keel_s3 *s3, req *r, uint32_t attempts, size_t i, void *arg)
+{
+    keel_s3_put_job *j = (keel_s3_put_job *)arg + i;
+    int jr = req_verdict(s3, r, attempts);
+    j->rc = jr;
+    if (jr == KEEL_OK || jr == KEEL_S3_EXISTS)
+        return KEEL_OK;
+    return jr < 0 ? keel__fail(KEEL_EIO, "PUT %s answered %ld\nhelp: check "
+                               "the store", r->url, r->status)
+                  : jr;
+}
+
+static const lane_ops put_ops = {"PUTs to", put_prepare, put_judge};
+
 int
 keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
                   size_t n, uint32_t inflight)
@@ -1261,88 +1299,5 @@ keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
         rc = check_names(bucket, jobs[i].key);
     if (rc != KEEL_OK || n == 0)
         return rc;
-    if (inflight == 0 || inflight > s3->max_inflight)
-        inflight = s3->max_inflight;
-    uint32_t nl = (uint32_t)KEEL_MIN((size_t)inflight, n);
-    lane *lanes = keel__calloc(nl, sizeof *lanes);
-    if (!lanes)
-        return KEEL_ENOMEM;
-    pthread_mutex_lock(&s3->lock);
-    size_t next = 0, done = 0;
-    for (uint32_t i = 0; i < nl; i++)
-        lanes[i].h = s3->lanes[i];
-    while (rc == KEEL_OK && done < n) {
-        uint64_t now = now_ms();
-        int wait = 100;
-        for (uint32_t i = 0; rc == KEEL_OK && i < nl; i++) {
-            lane *ln = &lanes[i];
-            if (ln->busy)
-                continue;
-            if (ln->waiting && ln->wake_ms > now) {
-                wait = (int)KEEL_MIN((uint64_t)wait, ln->wake_ms - now);
-                continue;
-            }
-            if (!ln->waiting) {
-                if (next == n)
-                    continue;
-                ln->idx = next++;
-                ln->attempts = 0;
-            }
-            req_free(&ln->r);
-            keel_s3_put_job *j = &jobs[ln->idx];
-            req_init(&ln->r, s3, "PUT", bucket, j->key);
-            ln->r.src = j->data ? j->data : (const unsigned char *)"";
-            ln->r.src_len = j->len;
-            ln->r.if_none_match = "*";
-            if ((rc = req_setup(s3, ln->h, &ln->r)) != KEEL_OK)
-                break;
-            if (curl_multi_add_handle(s3->multi, ln->h) != CURLM_OK)
-                rc = keel__fail(KEEL_ENOMEM, "could not queue PUT %s\nhelp: "
-                                "free memory", ln->r.url);
-            ln->busy = rc == KEEL_OK;
-            ln->waiting = 0;
-        }
-        int running = 0;
-        if (rc == KEEL_OK && curl_multi_perform(s3->multi, &running) !=
-                                 CURLM_OK)
-            rc = keel__fail(KEEL_EIO, "the transfer engine failed during "
-                            "PUTs to %s\nhelp: retry", s3->endpoint);
-        CURLMsg *m;
-        int left, ended = 0;
-        while (rc == KEEL_OK && (m = curl_multi_info_read(s3->multi, &left))) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            req *r = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-            lane *ln = (lane *)((char *)r - offsetof(lane, r));
-            curl_multi_remove_handle(s3->multi, ln->h);
-            ln->busy = 0;
-            ln->r.cc = m->data.result;
-            ln->attempts++;
-            ended = 1;
-            if (retryable(&ln->r) && ln->attempts < s3->max_attempts) {
-                ln->waiting = 1;
-                ln->wake_ms = now_ms() + backoff_ms(ln->attempts - 1);
-                continue;
-            }
-            int jr = req_verdict(s3, &ln->r, ln->attempts);
-            jobs[ln->idx].rc = jr;
-            done++;
-            if (jr != KEEL_OK && jr != KEEL_S3_EXISTS)
-                rc = jr < 0 ? keel__fail(KEEL_EIO, "PUT %s answered %ld\n"
-                                         "help: check the store", ln->r.url,
-                                         ln->r.status)
-                            : jr;
-        }
-        if (rc == KEEL_OK && done < n && !ended)
-            curl_multi_poll(s3->multi, NULL, 0, wait, NULL);
-    }
-    for (uint32_t i = 0; i < nl; i++) {
-        if (lanes[i].busy)
-            curl_multi_remove_handle(s3->multi, lanes[i].h);
-        req_free(&lanes[i].r);
-    }
-    pthread_mutex_unlock(&s3->lock);
-    keel__free(lanes);
-    return rc;
+    return lanes_run(s3, bucket, n, inflight, &put_ops, jobs);
 }
