@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,15 +137,46 @@ test_dir(void)
     return test_dir_path;
 }
 
-/* A path under the test directory; returns a static buffer per call slot. */
+/* A path under the test directory. The string stays valid and unchanged
+** for the life of the process, however many calls follow: a test may hold
+** it across loops (each distinct path is made once and kept; the same name
+** gives the same pointer). An earlier version handed out 8 rotating static
+** buffers, so a path held across 8 later calls silently became another
+** file's name (test_publish.c's killed-publisher test then opened and
+** published its downloaded copy instead of the index). */
 static inline const char *
 test_path(const char *name)
 {
-    static char bufs[8][600];
-    static int next;
-    char *b = bufs[next++ & 7];
-    snprintf(b, sizeof bufs[0], "%s/%s", test_dir_path, name);
-    return b;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char **paths; /* reachable from here: not a leak */
+    static size_t n, cap;
+    char b[1200];
+    snprintf(b, sizeof b, "%s/%s", test_dir_path, name);
+    pthread_mutex_lock(&lock);
+    const char *found = NULL;
+    for (size_t i = n; i-- > 0 && !found;)
+        if (strcmp(paths[i], b) == 0)
+            found = paths[i];
+    if (!found) {
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 64;
+            char **np = realloc(paths, c * sizeof *np);
+            if (!np) {
+                fprintf(stderr, "test_path: out of memory\n");
+                abort();
+            }
+            paths = np;
+            cap = c;
+        }
+        char *s = strdup(b);
+        if (!s) {
+            fprintf(stderr, "test_path: out of memory\n");
+            abort();
+        }
+        found = paths[n++] = s;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
 }
 
 static inline void

@@ -261,4 +261,64 @@ TEST(kills_during_compaction)
     run_variant(V_COMPACT, "kill-compact.keel");
 }
 
+/* Writers killed inside keel_open or inside a keel_backup of the index
+** (which reads the committed file under the write lock, as keel_publish
+** does) never change what the index holds: the last flush stays, for
+** readers after every kill and for the next writer. Each round also makes
+** and opens another file through test_path, as the killed-publisher test of
+** test_publish.c does with its downloads: a path held across those calls
+** has to keep naming the index (test.h's test_path once reused its buffer
+** after 8 calls, which looked like the index losing its last flush). */
+TEST(writers_killed_at_open_keep_the_last_flush)
+{
+    const char *path = test_path("kill-open.keel");
+    const char *copy = test_path("kill-open-child.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    float *x = td_random(300, DIM, 70);
+    CHECK_OK(keel_add_batch(w, x, 300, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_backup(w, test_path("kill-open-v1.keel")));
+    float *more = td_random(1700, DIM, 71);
+    CHECK_OK(keel_add_batch(w, more, 1700, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    keel_close(w);
+    int killed = 0, completed = 0;
+    for (int round = 0; round < 12; round++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            keel_index *c;
+            if (keel_open(path, DIM, NULL, &c) || keel_backup(c, copy))
+                _exit(1);
+            _exit(0);
+        }
+        struct timespec ts = {0, 1000000L + 3000000L * round};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        killed += WIFSIGNALED(st);
+        completed += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 0));
+        keel_index *r;
+        /* another file, named through test_path each round */
+        CHECK_OK(keel_open_reader(test_path("kill-open-v1.keel"), NULL, &r));
+        CHECK_EQ(keel_count(r), 300);
+        keel_close(r);
+        CHECK_MSG(strstr(path, "/kill-open.keel") != NULL,
+                  "round %d: the index's path now reads %s", round, path);
+        CHECK_OK(keel_open_reader(path, NULL, &r));
+        CHECK_EQ(keel_count(r), 2000);
+        keel_close(r);
+    }
+    printf("    12 writers: %d killed, %d completed first\n", killed,
+           completed);
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    CHECK_EQ(keel_count(w), 2000);
+    keel_close(w);
+    free(x);
+    free(more);
+}
+
 TEST_MAIN()
