@@ -207,6 +207,9 @@ struct writer_arg {
     uint64_t flushes;   /* completed (atomic) */
     int failed;
     int done;           /* the writer returned (atomic) */
+    uint64_t taken;     /* backups taken so far (atomic): the writer keeps
+                         * at most three flushes ahead of them, so it does
+                         * not run out before the backups end */
 };
 
 /* Cycle j (from 1): adds ids [BATCH(j-1), BATCH j) (half as a batch, half
@@ -224,6 +227,11 @@ writer_main(void *p)
             rc = keel_add(a->w, v + i * DIM, NULL);
         if (!rc)
             rc = keel_delete(a->w, 3 * (j - 1));
+        for (int w = 0; j > 3 && w < 2000 &&
+                        __atomic_load_n(&a->taken, __ATOMIC_ACQUIRE) + 3 < j &&
+                        !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
+             w++)
+            usleep(1000); /* adds and deletes made: the flush waits */
         if (!rc)
             rc = keel_flush(a->w);
         if (rc) {
@@ -298,6 +306,7 @@ TEST(twenty_backups_while_a_writer_writes)
                   (unsigned long long)j);
         distinct += j != last;
         last = j;
+        __atomic_add_fetch(&a.taken, 1, __ATOMIC_RELEASE);
         /* Let the writer flush once more before the next copy (bounded
          * wait: on a loaded machine a fixed sleep may see no flush). */
         uint64_t seen = __atomic_load_n(&a.flushes, __ATOMIC_ACQUIRE);

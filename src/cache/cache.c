@@ -377,6 +377,22 @@ keel__cache_close(keel_cache *c)
     keel__free(c);
 }
 
+/* Forgets the registered mappings that overlap [a, a+len) (c->mu held);
+** returns how many are left. */
+static size_t
+drop_regions(keel_cache *c, uintptr_t a, size_t len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->nregions; i++) {
+        keel_cache_region *r = &c->regions[i];
+        if (r->addr < a + len && a < r->addr + r->len)
+            continue;
+        c->regions[k++] = *r;
+    }
+    c->nregions = k;
+    return k;
+}
+
 int
 keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
 {
@@ -389,14 +405,7 @@ keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
     uintptr_t a = (uintptr_t)addr;
     pthread_mutex_lock(&c->mu);
     /* A new mapping replaces whatever the same addresses held. */
-    size_t k = 0;
-    for (size_t i = 0; i < c->nregions; i++) {
-        keel_cache_region *r = &c->regions[i];
-        if (r->addr < a + len && a < r->addr + r->len)
-            continue;
-        c->regions[k++] = *r;
-    }
-    c->nregions = k;
+    size_t k = drop_regions(c, a, len);
     if (k == c->regions_cap) {
         size_t cap = k ? 2 * k : 32;
         keel_cache_region *r = keel__realloc(c->regions, cap * sizeof *r);
@@ -415,16 +424,8 @@ keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
 void
 keel__cache_unregister(keel_cache *c, void *addr, size_t len)
 {
-    uintptr_t a = (uintptr_t)addr;
     pthread_mutex_lock(&c->mu);
-    size_t k = 0;
-    for (size_t i = 0; i < c->nregions; i++) {
-        keel_cache_region *r = &c->regions[i];
-        if (r->addr < a + len && a < r->addr + r->len)
-            continue;
-        c->regions[k++] = *r;
-    }
-    c->nregions = k;
+    drop_regions(c, (uintptr_t)addr, len);
     pthread_mutex_unlock(&c->mu);
 }
 
