@@ -145,6 +145,8 @@ code=$(curl -sS -o "$D/log/mkbucket.out" -w '%{http_code}' -X PUT \
 
 # Every socket our daemons listen on must be on 127.0.0.1.
 pids=$(cat "$D"/run/*.pid | tr '\n' '|' | sed 's/|$//')
+command -v ss >/dev/null 2>&1 ||
+    die "ss is missing: the listening addresses cannot be checked" "sh tools/deps.sh installs it (iproute2)"
 wide=$(ss -ltnpH 2>/dev/null | grep -E "pid=($pids)," | awk '{print $4}' | grep -v '^127\.0\.0\.1:' || true)
 [ -z "$wide" ] || die "a daemon listens beyond 127.0.0.1: $wide" "check ceph.conf's public/cluster addr"
 
