@@ -21,15 +21,17 @@ void keel__test_geometry(uint32_t seg_base, uint32_t seg_doublings,
 
 #define DIM 24
 
+/* An index of n vectors of dim dimensions (td_vec_of(id)) at name, opened
+** with options o (NULL: defaults), flushed and left open. */
 static keel_index *
-fill(const char *name, uint64_t n, const keel_options *o)
+fill_dim_with(const char *name, uint32_t dim, uint64_t n, const keel_options *o)
 {
     keel_index *idx = NULL;
-    if (keel_open(test_path(name), DIM, o, &idx) != KEEL_OK)
+    if (keel_open(test_path(name), dim, o, &idx) != KEEL_OK)
         return NULL;
-    float *v = malloc(n * DIM * sizeof *v);
+    float *v = malloc(n * dim * sizeof *v);
     for (uint64_t i = 0; i < n; i++)
-        td_vec_of(i, DIM, v + i * DIM);
+        td_vec_of(i, dim, v + i * dim);
     int rc = keel_add_batch(idx, v, n, NULL, NULL);
     free(v);
     if (rc || keel_flush(idx)) {
@@ -37,6 +39,12 @@ fill(const char *name, uint64_t n, const keel_options *o)
         return NULL;
     }
     return idx;
+}
+
+static keel_index *
+fill(const char *name, uint64_t n, const keel_options *o)
+{
+    return fill_dim_with(name, DIM, n, o);
 }
 
 static uint64_t
@@ -581,19 +589,7 @@ TEST(huge_pages_change_no_result)
 static keel_index *
 fill_dim(const char *name, uint32_t dim, uint64_t n)
 {
-    keel_index *idx = NULL;
-    if (keel_open(test_path(name), dim, NULL, &idx) != KEEL_OK)
-        return NULL;
-    float *v = malloc(n * dim * sizeof *v);
-    for (uint64_t i = 0; i < n; i++)
-        td_vec_of(i, dim, v + i * dim);
-    int rc = keel_add_batch(idx, v, n, NULL, NULL);
-    free(v);
-    if (rc || keel_flush(idx)) {
-        keel_close(idx);
-        return NULL;
-    }
-    return idx;
+    return fill_dim_with(name, dim, n, NULL);
 }
 
 /* The reader r of a 100-d index whose vectors are td_vec_of(id) keeps
