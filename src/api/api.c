@@ -217,6 +217,15 @@ static void
 index_free(keel_index *idx)
 {
     int forked = idx->owner != getpid();
+    if (forked) {
+        /* A child after fork(): a parent's thread may have held any lock,
+         * the allocator's among them, when the process was copied. Release
+         * what the child holds in the system (mappings, descriptors) and
+         * call nothing that may wait; the child's copy of the heap goes
+         * with the child. */
+        keel__store_release_forked(idx->st);
+        return;
+    }
     keel__warm_stop(idx);
     for (keel_search_ctx *c = idx->pool, *n; c; c = n) {
         n = c->next;
@@ -225,12 +234,10 @@ index_free(keel_index *idx)
     keel__store_close(idx->st);
     keel__free(idx->conv);
     keel__free(idx->gr);
-    if (!forked) { /* a child's copies may be held by a parent's thread */
-        pthread_mutex_destroy(&idx->write_lock);
-        pthread_mutex_destroy(&idx->pool_lock);
-        pthread_rwlock_destroy(&idx->swap_lock);
-        pthread_cond_destroy(&idx->backup_done);
-    }
+    pthread_mutex_destroy(&idx->write_lock);
+    pthread_mutex_destroy(&idx->pool_lock);
+    pthread_rwlock_destroy(&idx->swap_lock);
+    pthread_cond_destroy(&idx->backup_done);
     free(idx->path);
     keel__free(idx);
 }

@@ -859,6 +859,31 @@ keel__store_close(keel_store *st)
     keel__free(st);
 }
 
+void
+keel__store_release_forked(keel_store *st)
+{
+    if (!st)
+        return;
+    for (uint32_t k = 0; k < st->nseg; k++)
+        if (st->seg[k].base)
+            keel__os->unmap(st->seg[k].base, (size_t)st->seg[k].bytes);
+    for (uint32_t c = 0; c < st->nheap; c++)
+        if (st->heap[c].base)
+            keel__os->unmap(st->heap[c].base, (size_t)st->heap[c].bytes);
+    for (uint32_t t = 0; t < st->nidtabs; t++)
+        keel__os->unmap(st->idtabs[t].tab, (size_t)(4ull << st->idtabs[t].log2));
+    for (size_t r = 0; r < st->nretired; r++)
+        keel__os->unmap(st->retired[r].addr, st->retired[r].len);
+    if (st->pages)
+        keel__os->unmap(st->pages, KEEL_DATA_OFF);
+    if (st->live)
+        keel__os->unmap(st->live, KEEL_PAGE_SLOT);
+    if (st->undo_fd >= 0)
+        keel__os->close(st->undo_fd);
+    if (st->fd >= 0 && !st->remote)
+        keel__os->close(st->fd);
+}
+
 /* Keeps an old mapping alive until close (invariant 9). The list grows as
 ** long as memory lasts: a reader follows any number of writer restarts. */
 static int

@@ -178,6 +178,10 @@ int keel__store_reopen_remote(keel_store *old, keel_store **out);
 ** regular file): KEEL_EINVAL for a directory, KEEL_ENOTINDEX otherwise. */
 int keel__not_regular_fail(const char *path, int type);
 void keel__store_close(keel_store *st);
+/* In a child after fork(): unmaps and closes what st holds, frees nothing
+** and takes no lock (the parent's threads may have held any at the fork).
+** A remote store's mappings are not inherited (MADV_DONTFORK). */
+void keel__store_release_forked(keel_store *st);
 
 /* Accessors (hot path). The slot must be below the view's limit. */
 static inline const keel_segment *
