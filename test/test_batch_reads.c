@@ -121,6 +121,38 @@ TEST(run_sizing_table)
     keel__br_scratch_free(&s);
 }
 
+/* KEEL_BATCH_READS_MAX_RUNS caps the runs of a batch whatever is free: 1
+** is one call, 4 four; a value out of range or not a number is ignored. */
+TEST(max_runs_cap)
+{
+    keel_br_range r[33];
+    const void *out[33];
+    keel_br_scratch s = {0};
+    spread(r, 33);
+    static const struct { const char *env; int calls; } t[] = {
+        {"1", 1}, {"4", 4}, {"16", 16}, {"0", 16}, {"17", 16}, {"4x", 16},
+        {"-1", 16}, {"", 16}, {NULL, 16},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (t[i].env)
+            setenv("KEEL_BATCH_READS_MAX_RUNS", t[i].env, 1);
+        else
+            unsetenv("KEEL_BATCH_READS_MAX_RUNS");
+        keel__br_set_max_runs(0); /* read the environment again */
+        keel_br_allowance a = {40};
+        keel_br_source src = fake_source();
+        CHECK_OK(keel__br_read(&src, &a, r, 33, out, &s));
+        CHECK_MSG(F.calls == t[i].calls, "KEEL_BATCH_READS_MAX_RUNS=%s: %d "
+                  "calls, not %d", t[i].env ? t[i].env : "(unset)", F.calls,
+                  t[i].calls);
+        CHECK_EQ(a.free, 40);
+        CHECK_EQ(keel__br_runs(33, 40), (uint32_t)t[i].calls);
+    }
+    unsetenv("KEEL_BATCH_READS_MAX_RUNS");
+    keel__br_set_max_runs(0);
+    keel__br_scratch_free(&s);
+}
+
 static uint64_t rng_state = 42;
 static uint64_t
 rnd(void)

@@ -877,4 +877,39 @@ TEST(many_threads_never_exceed_the_allowance)
     keel_close(w);
 }
 
+/* KEEL_BATCH_READS_MAX_RUNS bounds a reader's GETs in flight: one search
+** thread has at most that many out (its batches wait for their GETs, so
+** the fault thread has nothing to fetch meanwhile); with warm, warm's
+** batches add as many again, and the fault thread one. */
+TEST(max_runs_bounds_gets_in_flight)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "maxruns");
+    keel_index *w = build_n(test_path("maxruns.keel"), url, KEEL_L2,
+                            KEEL_F32, 83, 8 * N);
+    CHECK(w != NULL);
+    static const uint32_t caps[] = {1, 4};
+    for (size_t i = 0; i < 2; i++) {
+        for (int warm = 0; warm < 2; warm++) {
+            keel__br_set_max_runs(caps[i]);
+            keel_options o = {.flags = warm ? KEEL_WARM : 0u};
+            keel_index *r;
+            CHECK_OK(keel_open_reader(url, &o, &r));
+            keel__cache_inflight_reset();
+            CHECK_OK(search_rc(r, 300 + i));
+            uint64_t most = keel__cache_inflight_max();
+            printf("     cap %u%s: at most %llu GETs in flight, %llu GETs\n",
+                   caps[i], warm ? ", warm" : "", (unsigned long long)most,
+                   (unsigned long long)GETS(r));
+            CHECK(most >= 1);
+            CHECK(most <= (warm ? 2 * caps[i] + 1 : caps[i]));
+            CHECK(same_results(w, r, 300 + i, NULL));
+            keel_close(r);
+        }
+    }
+    keel__br_set_max_runs(0);
+    keel_close(w);
+}
+
 TEST_MAIN()

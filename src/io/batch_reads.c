@@ -1,7 +1,8 @@
 /* batch_reads.c -- the batch-read policy: the allowance, sorting and
-** merging ranges into runs sized to the overlap granted, and the switch
-** (batch_reads.h). Knows sources, not files: store/pagein.c is the local
-** file's source.
+** merging ranges into runs sized to the overlap granted, the switch and
+** the overlap cap (batch_reads.h). Knows sources, not files:
+** store/pagein.c is the local file's source, cache/remote.c a published
+** index's.
 **
 ** Invariants:
 **   (1) A batch returns only after the source's wait for every run it read,
@@ -177,7 +178,7 @@ keel__br_read(const keel_br_source *src, keel_br_allowance *a,
         a = &keel__br_shared;
     size_t m = dedupe(r, n, s);
     size_t next = merge(m, s);
-    uint32_t want = (uint32_t)KEEL_MIN(next, (size_t)KEEL_BR_MAX_RUNS) - 1;
+    uint32_t want = (uint32_t)KEEL_MIN(next, (size_t)keel__br_max_runs()) - 1;
     uint32_t granted = keel__br_take(a, want);
     uint32_t runs = keel__br_runs(next, granted);
     int rc = KEEL_OK;
@@ -223,4 +224,35 @@ void
 keel__br_set_enabled(int on)
 {
     __atomic_store_n(&br_on, on < 0 ? 0 : on > 2 ? 2 : on, __ATOMIC_RELAXED);
+}
+
+/* --- the overlap cap (diagnostics) ---------------------------------------- */
+
+static uint32_t br_max_runs; /* atomic: 0 until read from the environment */
+
+uint32_t
+keel__br_max_runs(void)
+{
+    uint32_t n = __atomic_load_n(&br_max_runs, __ATOMIC_RELAXED);
+    if (KEEL_LIKELY(n))
+        return n;
+    /* Only a whole number in range counts: "4" caps, "0", "17", "4x" and
+     * "" leave the default (as an empty KEEL_BATCH_READS does). */
+    const char *e = getenv("KEEL_BATCH_READS_MAX_RUNS");
+    n = KEEL_BR_MAX_RUNS;
+    if (e && *e) {
+        char *end;
+        unsigned long v = strtoul(e, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= KEEL_BR_MAX_RUNS && e[0] != '-')
+            n = (uint32_t)v;
+    }
+    __atomic_store_n(&br_max_runs, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+void
+keel__br_set_max_runs(uint32_t n)
+{
+    __atomic_store_n(&br_max_runs, KEEL_MIN(n, KEEL_BR_MAX_RUNS),
+                     __ATOMIC_RELAXED);
 }

@@ -9,7 +9,8 @@
 **
 **   (1) ranges are sorted by offset, duplicates dropped, and ranges within
 **       KEEL_BR_GAP bytes of each other merged into extents;
-**   (2) a batch keeps up to KEEL_BR_MAX_RUNS runs in flight: the first is
+**   (2) a batch keeps up to KEEL_BR_MAX_RUNS runs in flight (fewer with
+**       KEEL_BATCH_READS_MAX_RUNS, keel__br_max_runs): the first is
 **       its own, every further one is taken from an allowance (process-wide:
 **       KEEL_BR_ALLOWANCE) without waiting; a batch granted nothing reads
 **       with one call;
@@ -111,6 +112,15 @@ typedef struct keel_br_scratch {
 
 void keel__br_scratch_free(keel_br_scratch *s);
 
+/* Runs in flight per batch (1 to KEEL_BR_MAX_RUNS): KEEL_BR_MAX_RUNS,
+** or KEEL_BATCH_READS_MAX_RUNS from the environment, read once (a
+** diagnostic: 1 is serial fetches, one run and so one GET of a remote
+** source in flight per batch; a value that is not a whole number from 1 to
+** KEEL_BR_MAX_RUNS is ignored). Tests set it with keel__br_set_max_runs
+** (0: back to the environment's). */
+uint32_t keel__br_max_runs(void);
+void keel__br_set_max_runs(uint32_t n);
+
 /* How many runs a batch of `extents` extents reads when granted `granted`
 ** extra runs, and where run i starts (the sizing rule, (3) above). */
 static inline uint32_t
@@ -119,7 +129,7 @@ keel__br_runs(size_t extents, uint32_t granted)
     if (extents == 0)
         return 0;
     size_t runs = KEEL_MIN((size_t)granted + 1, extents);
-    return (uint32_t)KEEL_MIN(runs, (size_t)KEEL_BR_MAX_RUNS);
+    return (uint32_t)KEEL_MIN(runs, (size_t)keel__br_max_runs());
 }
 static inline size_t
 keel__br_run_start(size_t extents, uint32_t runs, uint32_t i)
