@@ -912,4 +912,33 @@ TEST(max_runs_bounds_gets_in_flight)
     keel_close(w);
 }
 
+/* Warm brings every page with data in (the id table too); then searches
+** announce nothing and fetch nothing, and give the file's results. */
+TEST(a_finished_warm_leaves_nothing_to_fetch)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "warmall");
+    keel_index *w = build_n(test_path("warmall.keel"), url, KEEL_L2,
+                            KEEL_F32, 85, 4 * N);
+    CHECK(w != NULL);
+    keel_options o = {.flags = KEEL_WARM};
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    for (int i = 0; i < 20000 && keel__warm_running(r); i++)
+        usleep(1000);
+    CHECK(!keel__warm_running(r));
+    keel_cache_counters n;
+    CHECK_OK(keel__remote_counters(r, &n));
+    CHECK_EQ(n.missing, 0);
+    CHECK(n.warm_gets > 0);
+    CHECK(keel__cache_complete(r->st->remote));
+    uint64_t gets = GETS(r), faults = FAULTS(r);
+    CHECK(same_results(w, r, 400, NULL));
+    CHECK_EQ(GETS(r), gets);
+    CHECK_EQ(FAULTS(r), faults);
+    keel_close(r);
+    keel_close(w);
+}
+
 TEST_MAIN()

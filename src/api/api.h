@@ -113,6 +113,9 @@ void keel__remove_leftovers(const char *path);
 /* warm.c */
 int keel__warm_start(keel_index *idx);
 void keel__warm_stop(keel_index *idx);
+/* Whether a warm-up of this process runs on idx now (benchmarks and tests
+** wait for it to end; takes the swap lock shared). */
+int keel__warm_running(keel_index *idx);
 void keel__huge_pages_advise(keel_index *idx);
 void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
 

@@ -33,6 +33,35 @@ now_s(void)
 
 /* --- granules ----------------------------------------------------------- */
 
+/* Whether granule g holds data in the pinned version (under mu). */
+static inline int
+has_data(const keel_cache *c, uint64_t g)
+{
+    return g < c->man.npages && c->man.pages[g].pack != KEEL_MAN_ZERO_PAGE;
+}
+
+/* Counts the granules with data that are not in (under mu). */
+static void
+recount_missing(keel_cache *c)
+{
+    uint64_t m = 0;
+    for (uint64_t g = 0; g < c->ngran; g++)
+        m += has_data(c, g) && !(KEEL_LOAD_RELAXED(&c->state[g]) & KEEL_G_IN);
+    KEEL_STORE_RELAXED(&c->missing, m);
+}
+
+/* Granule g went in (+1: out) under mu: keeps missing counted. */
+static inline void
+note_missing(keel_cache *c, uint64_t g, int out)
+{
+    if (!has_data(c, g))
+        return;
+    if (out)
+        __atomic_add_fetch(&c->missing, 1, __ATOMIC_RELAXED);
+    else
+        __atomic_sub_fetch(&c->missing, 1, __ATOMIC_RELAXED);
+}
+
 /* Punches cold granules until at most mem_limit are in (under mu): a
 ** clock over the granules, skipping the pinned ones; a granule used since
 ** the hand last passed gets another round. */
@@ -59,6 +88,7 @@ evict_locked(keel_cache *c)
         __atomic_fetch_and(&c->state[g], (uint8_t)~KEEL_G_IN, __ATOMIC_RELEASE);
         __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&c->n.evictions, 1, __ATOMIC_RELAXED);
+        note_missing(c, g, 1);
     }
 }
 
@@ -80,6 +110,7 @@ install_locked(keel_cache *c, uint64_t g, const uint8_t *buf, uint8_t flags)
     __atomic_fetch_or(&c->state[g], (uint8_t)(KEEL_G_IN | KEEL_G_REF | flags),
                       __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+    note_missing(c, g, 0);
     evict_locked(c);
     return KEEL_OK;
 }
@@ -134,6 +165,7 @@ keel__cache_begin(keel_cache *c)
             keel__os->punch(c->memfd, g * G, G);
             KEEL_STORE_RELEASE(&c->state[g], 0);
             __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
+            note_missing(c, g, 1);
         }
         KEEL_STORE_RELEASE(&c->npoison, 0);
         __atomic_add_fetch(&c->gen, 1, __ATOMIC_ACQ_REL);
@@ -284,8 +316,14 @@ keel__cache_start(keel_cache *c, uint64_t memory_bytes)
         return keel__fail(KEEL_ENOMEM, "cannot make the memory image of %s "
                           "(%s)\nhelp: free memory", c->url,
                           strerror(-c->memfd));
+    pthread_mutex_lock(&c->mu);
+    KEEL_STORE_RELAXED(&c->missing, UINT64_MAX); /* until counted */
+    pthread_mutex_unlock(&c->mu);
     if ((rc = resize(c, c->man.npages)) || (rc = install_pinned(c, 0)))
         return rc;
+    pthread_mutex_lock(&c->mu);
+    recount_missing(c);
+    pthread_mutex_unlock(&c->mu);
     c->uffd = keel__os->uffd_open();
     if (c->uffd < 0)
         return keel__fail(KEEL_EIO, "cannot serve %s on demand: this system "
@@ -491,9 +529,13 @@ keel__cache_switch(keel_cache *c, keel_manifest *next)
         pthread_mutex_lock(&c->mu);
         keel__manifest_free(&c->man);
         c->man = old;
+        recount_missing(c);
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
+    pthread_mutex_lock(&c->mu);
+    recount_missing(c);
+    pthread_mutex_unlock(&c->mu);
     keel__manifest_free(&old);
     KEEL_STORE_RELAXED(&c->n.seq, c->man.seq);
     return KEEL_OK;
@@ -504,11 +546,14 @@ keel__cache_counters(keel_cache *c, keel_cache_counters *out)
 {
     out->gets = KEEL_LOAD_RELAXED(&c->n.gets);
     out->get_bytes = KEEL_LOAD_RELAXED(&c->n.get_bytes);
+    out->warm_gets = KEEL_LOAD_RELAXED(&c->n.warm_gets);
+    out->warm_bytes = KEEL_LOAD_RELAXED(&c->n.warm_bytes);
     out->meta_gets = KEEL_LOAD_RELAXED(&c->n.meta_gets);
     out->disk_hits = KEEL_LOAD_RELAXED(&c->n.disk_hits);
     out->faults = KEEL_LOAD_RELAXED(&c->n.faults);
     out->evictions = KEEL_LOAD_RELAXED(&c->n.evictions);
     out->resident = KEEL_LOAD_RELAXED(&c->resident);
+    out->missing = KEEL_LOAD_RELAXED(&c->missing);
     out->failures = KEEL_LOAD_RELAXED(&c->n.failures);
     out->seq = KEEL_LOAD_RELAXED(&c->n.seq);
 }

@@ -85,11 +85,14 @@ typedef struct keel_cache_config {
 typedef struct keel_cache_counters {
     uint64_t gets;             /* ranged GETs of pack bytes */
     uint64_t get_bytes;
+    uint64_t warm_gets;        /* the part of gets and get_bytes that warm */
+    uint64_t warm_bytes;       /* asked for (keel__cache_bring_addr) */
     uint64_t meta_gets;        /* requests for manifests and the hint */
     uint64_t disk_hits;        /* pages read from the disk cache */
     uint64_t faults;           /* granules the fault thread installed */
     uint64_t evictions;        /* granules punched out of memory */
     uint64_t resident;         /* granules in memory now */
+    uint64_t missing;          /* granules with data not in memory now */
     uint64_t failures;         /* fetches that failed */
     uint64_t seq;              /* the pinned version */
 } keel_cache_counters;
@@ -109,6 +112,9 @@ typedef struct keel_cache {
     uint64_t ngran;
     uint64_t mem_limit;        /* granules */
     uint64_t resident;         /* atomic */
+    uint64_t missing;          /* atomic, changed under mu: granules of
+                                  pages with data (not zero pages) that are
+                                  not in (keel__cache_complete) */
     uint64_t hand;             /* clock hand, under mu */
     pthread_mutex_t mu;        /* regions, eviction, poison, pool, message */
     keel_cache_region *regions;
@@ -155,8 +161,10 @@ void keel__cache_unregister(keel_cache *c, void *addr, size_t len);
 int keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
                       keel_br_scratch *s);
 
-/* The same for len bytes at addr in a mapping of the memfd (warm). */
-int keel__cache_bring_addr(keel_cache *c, const void *addr, size_t len,
+/* The same for r[i].len bytes at r[i].addr in mappings of the memfd
+** (r[i].off unused), all in one batch: warm. Its GETs count in warm_gets
+** and warm_bytes too. Addresses in no mapping are skipped. */
+int keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
                            keel_br_scratch *s);
 
 /* A call that reads through the cache: begin heals poisoned granules and
@@ -176,6 +184,16 @@ int keel__cache_poll(keel_cache *c, int force, keel_manifest *next);
 int keel__cache_switch(keel_cache *c, keel_manifest *next);
 
 void keel__cache_counters(keel_cache *c, keel_cache_counters *out);
+
+/* Whether every page of the pinned version that holds data is in memory
+** now (warm finished, nothing evicted since): searches then have nothing
+** to announce (store/pagein.c), and a granule evicted later faults in as
+** any unannounced read does. */
+static inline int
+keel__cache_complete(const keel_cache *c)
+{
+    return KEEL_LOAD_RELAXED(&c->missing) == 0;
+}
 
 /* Most GETs in flight at once in this process since the last reset
 ** (counted by remote.c around every batch of ranged GETs). */

@@ -27,6 +27,9 @@
 #define KEY_MAX 1200
 
 static uint64_t inflight_now, inflight_max; /* atomic, invariant (2) */
+/* Set while this thread fetches for warm (keel__cache_bring_addr): its
+** GETs are counted apart as well (warm_gets, warm_bytes). */
+static _Thread_local int for_warm;
 
 uint64_t
 keel__cache_inflight_max(void)
@@ -248,9 +251,15 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
             ;
         rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly);
         __atomic_sub_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&c->n.gets, nr, __ATOMIC_RELAXED);
+        uint64_t bytes = 0;
         for (size_t j = 0; j < nr; j++)
-            __atomic_add_fetch(&c->n.get_bytes, rs[j].len, __ATOMIC_RELAXED);
+            bytes += rs[j].len;
+        __atomic_add_fetch(&c->n.gets, nr, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->n.get_bytes, bytes, __ATOMIC_RELAXED);
+        if (for_warm) {
+            __atomic_add_fetch(&c->n.warm_gets, nr, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&c->n.warm_bytes, bytes, __ATOMIC_RELAXED);
+        }
         if (rc)
             rc = keel__wrap(rc, "reading page %" PRIu64 " of %s: ",
                             g[ms[0].i], c->url);
@@ -400,20 +409,32 @@ keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
 }
 
 int
-keel__cache_bring_addr(keel_cache *c, const void *addr, size_t len,
+keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
                        keel_br_scratch *s)
 {
-    uintptr_t a = (uintptr_t)addr;
-    keel_br_range r = {UINT64_MAX, 0, addr};
+    keel_br_range local[64], *o = local;
+    if (n > sizeof local / sizeof local[0] &&
+        !(o = keel__malloc(n * sizeof *o)))
+        return KEEL_ENOMEM;
+    size_t m = 0;
     pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->nregions; i++) {
-        const keel_cache_region *g = &c->regions[i];
-        if (a >= g->addr && a - g->addr < g->len) {
-            r.off = g->off + (a - g->addr);
-            r.len = KEEL_MIN((uint64_t)len, g->len - (a - g->addr));
-            break;
+    for (size_t j = 0; j < n; j++) {
+        uintptr_t a = (uintptr_t)r[j].addr;
+        for (size_t i = 0; i < c->nregions; i++) {
+            const keel_cache_region *g = &c->regions[i];
+            if (a >= g->addr && a - g->addr < g->len) {
+                o[m].off = g->off + (a - g->addr);
+                o[m].len = KEEL_MIN(r[j].len, g->len - (a - g->addr));
+                o[m++].addr = NULL;
+                break;
+            }
         }
     }
     pthread_mutex_unlock(&c->mu);
-    return r.off == UINT64_MAX ? KEEL_OK : keel__cache_bring(c, &r, 1, s);
+    for_warm = 1;
+    int rc = m ? keel__cache_bring(c, o, m, s) : KEEL_OK;
+    for_warm = 0;
+    if (o != local)
+        keel__free(o);
+    return rc;
 }

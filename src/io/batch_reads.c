@@ -137,7 +137,11 @@ merge(size_t m, keel_br_scratch *s)
     uint64_t end = 0;
     for (size_t i = 0; i < m; i++) {
         const keel_br_range *x = &s->dist[i];
-        if (e && x->off <= end + KEEL_BR_GAP) {
+        /* Within the gap, and not past the longest extent unless x
+         * overlaps it (an extent never ends inside a range). */
+        if (e && x->off <= end + KEEL_BR_GAP &&
+            (x->off < end ||
+             x->off + x->len - s->ext[e - 1].off <= KEEL_BR_EXTENT_MAX)) {
             end = KEEL_MAX(end, x->off + x->len);
             s->ext[e - 1].len = end - s->ext[e - 1].off;
             continue;

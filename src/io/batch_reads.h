@@ -8,7 +8,8 @@
 ** (batch_reads.c, after the second seed):
 **
 **   (1) ranges are sorted by offset, duplicates dropped, and ranges within
-**       KEEL_BR_GAP bytes of each other merged into extents;
+**       KEEL_BR_GAP bytes of each other merged into extents of at most
+**       KEEL_BR_EXTENT_MAX bytes (unless one range is longer);
 **   (2) a batch keeps up to KEEL_BR_MAX_RUNS runs in flight (fewer with
 **       KEEL_BATCH_READS_MAX_RUNS, keel__br_max_runs): the first is
 **       its own, every further one is taken from an allowance (process-wide:
@@ -52,6 +53,12 @@
 ** 64 KiB would also read each granule lying alone between two asked for
 ** (not measured); the gap matters for sources that read exact ranges. */
 #define KEEL_BR_GAP 4096u
+/* No extent grows past this (a range that would take it further starts the
+** next one), so a long contiguous read -- warm of a published index, which
+** asks for tens of MiB at once -- becomes several runs and overlaps
+** instead of going out as one GET after another. A search's extents are a
+** granule or a few, far below it. */
+#define KEEL_BR_EXTENT_MAX ((uint64_t)1 << 20)
 /* The residency record's unit and the local source's read unit: a cold
 ** range brings in its whole 64 KiB granule. Measured against 4 KiB (1st
 ** result a little sooner, the 10th to 1,000th much later: neighbouring
