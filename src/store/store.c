@@ -1529,6 +1529,35 @@ keel__store_reopen_remote(keel_store *old, keel_store **out)
     return KEEL_OK;
 }
 
+/* A published index's heap (the upper layers' lists, which every search's
+** descent reads first, each list not in a fault and a round trip of its
+** own), up to KEEL_REMOTE_HEAP_MAX bytes of it, brought into the page
+** cache in one batch at open, unless batch reads are off. Advice: a fetch
+** that fails is left to the search that needs the page. (GloVe-340k, 2 MiB
+** of heap, 20 ms per request: 7 of the first search's 19 faults were in
+** the heap; doc/object_storage_bench.md.) */
+static void
+bring_heap(keel_store *st)
+{
+    if (!keel__br_enabled())
+        return;
+    keel_br_range r[KEEL_MAX_HEAP_CHUNKS];
+    size_t n = 0;
+    uint64_t total = 0, hu = st->snap.heap_used;
+    uint32_t hc = (uint32_t)(hu >> 32);
+    for (uint32_t k = 0; k < st->nheap && k <= hc; k++) {
+        uint64_t len = k < hc ? st->heap[k].bytes : (hu & 0xFFFFFFFFu);
+        len = KEEL_MIN(len, KEEL_REMOTE_HEAP_MAX - total);
+        if (len)
+            r[n++] = (keel_br_range){st->heap[k].off, len, NULL};
+        total += len;
+    }
+    keel_br_scratch s = {0};
+    if (n && keel__cache_bring(st->remote, r, n, &s))
+        keel__clear_error();
+    keel__br_scratch_free(&s);
+}
+
 /* A store over c's memfd; lent: c stays with its owner whatever happens. */
 static int
 open_remote_on(keel_cache *c, int lent, keel_store **out)
@@ -1563,6 +1592,7 @@ open_remote_on(keel_cache *c, int lent, keel_store **out)
     st->snap.sequence = 0;
     if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
         goto fail;
+    bring_heap(st);
     *out = st;
     return KEEL_OK;
 fail:
