@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define G KEEL_CACHE_GRANULE
 
@@ -221,7 +222,8 @@ fault_main(void *arg)
             if (off != UINT64_MAX && g < c->ngran &&
                 !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
                 int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
-                                                          1, buf, 1)
+                                                          1, buf, 1, NULL,
+                                                          NULL)
                                      : KEEL_ENOMEM;
                 if (rc == KEEL_OK)
                     rc = keel__cache_install(c, g, buf);
@@ -240,6 +242,106 @@ fault_main(void *arg)
     return NULL;
 }
 
+/* --- the disk writer (cache.h invariant 6) ---------------------------------- */
+
+/* Writes page w to the disk cache if the memfd still holds it: read back,
+** checked against its hash (a punched or replaced granule reads as other
+** bytes). buf: G bytes of scratch. */
+static void
+write_back(keel_cache *c, const keel_cache_wq *w, uint8_t *buf)
+{
+    /* Under mu: the state array may be swapped by a resize (a switch), and
+     * the granule cannot be punched while it is read. */
+    pthread_mutex_lock(&c->mu);
+    int in = w->g < c->ngran && (c->state[w->g] & KEEL_G_IN) &&
+             keel__os->pread(c->memfd, buf, G, w->g * G) == (ssize_t)G;
+    pthread_mutex_unlock(&c->mu);
+    if (!in)
+        return;
+    XXH128_hash_t h = XXH3_128bits(buf, G);
+    if (h.high64 == w->hash_hi && h.low64 == w->hash_lo)
+        keel__disk_put(c->disk, w->hash_hi, w->hash_lo, buf);
+}
+
+static void *
+writer_main(void *arg)
+{
+    keel_cache *c = arg;
+    uint8_t *buf = keel__malloc(G);
+    pthread_mutex_lock(&c->wq_lock);
+    for (;;) {
+        while (!c->wq_head && !c->wq_stop)
+            pthread_cond_wait(&c->wq_cond, &c->wq_lock);
+        keel_cache_wq *w = c->wq_head;
+        if (!w)
+            break; /* stopped, and nothing waits */
+        c->wq_head = w->next;
+        if (!c->wq_head)
+            c->wq_tail = NULL;
+        c->wq_n--;
+        pthread_mutex_unlock(&c->wq_lock);
+        if (buf)
+            write_back(c, w, buf);
+        keel__free(w);
+        pthread_mutex_lock(&c->wq_lock);
+    }
+    pthread_mutex_unlock(&c->wq_lock);
+    keel__free(buf);
+    return NULL;
+}
+
+void
+keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n)
+{
+    if (!c->disk || n == 0)
+        return;
+    size_t i = 0;
+    if (c->owner == getpid()) {
+        pthread_mutex_lock(&c->wq_lock);
+        if (!c->wq_started && !c->wq_failed && !c->wq_stop) {
+            if (pthread_create(&c->wq_thread, NULL, writer_main, c) == 0)
+                c->wq_started = 1;
+            else
+                c->wq_failed = 1;
+        }
+        for (; i < n && c->wq_started && !c->wq_stop &&
+               c->wq_n < KEEL_CACHE_WQ_MAX; i++) {
+            keel_cache_wq *e = keel__malloc(sizeof *e);
+            if (!e)
+                break;
+            *e = w[i];
+            e->next = NULL;
+            e->buf = NULL;
+            if (c->wq_tail)
+                c->wq_tail->next = e;
+            else
+                c->wq_head = e;
+            c->wq_tail = e;
+            c->wq_n++;
+        }
+        if (i)
+            pthread_cond_signal(&c->wq_cond);
+        pthread_mutex_unlock(&c->wq_lock);
+    }
+    /* No room (or no thread): written here, from the fetcher's copy. */
+    for (; i < n; i++)
+        keel__disk_put(c->disk, w[i].hash_hi, w[i].hash_lo, w[i].buf);
+}
+
+/* Stops the writer after it wrote every waiting page (before the memfd
+** and the disk cache go). */
+static void
+writer_stop(keel_cache *c)
+{
+    pthread_mutex_lock(&c->wq_lock);
+    int started = c->wq_started;
+    c->wq_stop = 1;
+    pthread_cond_broadcast(&c->wq_cond);
+    pthread_mutex_unlock(&c->wq_lock);
+    if (started)
+        pthread_join(c->wq_thread, NULL);
+}
+
 /* --- opening and closing ---------------------------------------------------- */
 
 static int
@@ -253,15 +355,21 @@ resize(keel_cache *c, uint64_t npages)
         return keel__fail(KEEL_ENOMEM, "cannot size the memory image of %s "
                           "to %" PRIu64 " bytes (%s)\nhelp: free memory",
                           c->url, bytes, strerror(-err));
-    uint8_t *s = keel__realloc(c->state, (size_t)npages);
+    /* A new array swapped in under mu: the disk writer reads states under
+     * mu while a switch may resize (cache.h invariant 6). */
+    uint8_t *s = keel__malloc((size_t)npages);
     if (!s)
         return KEEL_ENOMEM;
     memset(s + c->ngran, 0, (size_t)(npages - c->ngran));
     pthread_mutex_lock(&c->mu);
+    uint8_t *old = c->state;
+    if (c->ngran)
+        memcpy(s, old, (size_t)c->ngran);
     c->state = s;
     c->ngran = npages;
     c->size = bytes;
     pthread_mutex_unlock(&c->mu);
+    keel__free(old);
     return KEEL_OK;
 }
 
@@ -275,7 +383,8 @@ install_pinned(keel_cache *c, int overwrite)
     if (!buf)
         return KEEL_ENOMEM;
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__remote_fetch(c, s3, g, n, buf, (uint32_t)n)
+    int rc = s3 ? keel__remote_fetch(c, s3, g, n, buf, (uint32_t)n, NULL,
+                                     NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
     pthread_mutex_lock(&c->mu);
@@ -301,6 +410,8 @@ keel__cache_alloc(void)
     c->memfd = c->uffd = -1;
     c->owner = getpid();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->wq_lock, NULL);
+    pthread_cond_init(&c->wq_cond, NULL);
     return c;
 }
 
@@ -396,6 +507,7 @@ keel__cache_close(keel_cache *c)
             KEEL_STORE_RELEASE(&c->stop, 1);
             pthread_join(c->thread, NULL);
         }
+        writer_stop(c);
         keel__s3_close(c->fault_s3);
         for (size_t i = 0; i < c->nidle; i++)
             keel__s3_close(c->idle[i]);
@@ -410,8 +522,11 @@ keel__cache_close(keel_cache *c)
     keel__free(c->state);
     keel__free(c->regions);
     keel__free(c->poison);
-    if (own)
+    if (own) {
         pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->wq_cond);
+        pthread_mutex_destroy(&c->wq_lock);
+    }
     keel__free(c);
 }
 

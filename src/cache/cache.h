@@ -34,7 +34,8 @@
 **       store reads the memfd (a pread of a hole gives zeros without a
 **       fault), and are never evicted: the store's own reads of the
 **       descriptor see only installed bytes. Nothing else reads the memfd
-**       through its descriptor (backup and publish refuse a URL).
+**       through its descriptor (backup and publish refuse a URL) but the
+**       disk writer, which checks what it reads (invariant 6).
 **   (3) The pinned manifest changes only in keel__cache_switch, which the
 **       caller runs with no search, get or warm running on the store (the
 **       handle's swap lock held exclusively): one call reads one version.
@@ -42,6 +43,13 @@
 **       a load that meets the hole faults and fetches it again.
 **   (5) A child made by fork() gets none of the mappings (MADV_DONTFORK)
 **       and never touches the thread: keel__cache_close there only frees.
+**   (6) A page the announced path fetched reaches the disk cache from the
+**       cache's writer thread, which reads it back from the memfd after it
+**       was installed and writes it only if it still hashes to the
+**       manifest's value (a page punched or replaced meanwhile reads as
+**       other bytes and is skipped): searches and warm never wait for the
+**       file system, and no copy of a page waits in memory. Close writes
+**       every waiting page first.
 */
 #ifndef KEEL_CACHE_H
 #define KEEL_CACHE_H
@@ -97,6 +105,18 @@ typedef struct keel_cache_counters {
     uint64_t seq;              /* the pinned version */
 } keel_cache_counters;
 
+/* A fetched page waiting for the disk writer (invariant 6). */
+typedef struct keel_cache_wq {
+    struct keel_cache_wq *next;
+    uint64_t g, hash_hi, hash_lo;
+    const uint8_t *buf;        /* the fetcher's copy: valid only during
+                                  keel__cache_write_later */
+} keel_cache_wq;
+
+/* Most pages waiting for the disk writer (32 MiB of entries); past that,
+** the fetching thread writes its pages itself. */
+#define KEEL_CACHE_WQ_MAX ((size_t)1 << 20)
+
 typedef struct keel_cache_region {
     uintptr_t addr;
     size_t len;
@@ -132,6 +152,12 @@ typedef struct keel_cache {
     int thread_started;
     int stop;                  /* atomic */
     pid_t owner;
+    pthread_mutex_t wq_lock;   /* the disk writer's queue and state */
+    pthread_cond_t wq_cond;
+    keel_cache_wq *wq_head, *wq_tail;
+    size_t wq_n;
+    int wq_stop, wq_started, wq_failed;
+    pthread_t wq_thread;
     double polled_at;          /* seconds (monotonic), last look for newer */
     char latest_etag[KEEL_S3_ETAG_MAX]; /* of the hint at the last look, */
     uint64_t latest_hint;      /* and what it said (both under mu) */
@@ -203,9 +229,15 @@ void keel__cache_inflight_reset(void);
 /* remote.c: fetches granules g[0..n) of the pinned version into bufs
 ** (n x KEEL_CACHE_GRANULE bytes) from the disk cache or with ranged GETs
 ** (up to inflight at once) through client s3; checks each against its
-** hash and stores fetched ones in the disk cache. */
+** hash. Fetched ones go to the disk cache at once, or with later (room for
+** n entries) are listed there (*nlater of them) for
+** keel__cache_write_later once they are installed. */
 int keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g,
-                       size_t n, uint8_t *bufs, uint32_t inflight);
+                       size_t n, uint8_t *bufs, uint32_t inflight,
+                       keel_cache_wq *later, size_t *nlater);
+/* Hands installed pages to the disk writer (invariant 6); when its queue
+** is full (or it cannot start), writes them from w[i].buf itself. */
+void keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n);
 /* The newest version at the URL no older than `after` (0: any), decoded
 ** into *m; seq 0 if none is newer. Requests go through s3. */
 int keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,

@@ -6,7 +6,9 @@
 ** served stale. Each file is written under a temporary name of its own
 ** (".tmp-PID-N") and renamed into place, so processes sharing the
 ** directory never see half a page; a file is checked against its name when
-** read, so damage costs only a fetch. The directory is bounded: when the
+** read, so damage costs only a fetch. A handle looks only for the names it
+** listed at open (or at a later count) or wrote itself: a page another
+** process writes meanwhile is fetched again. The directory is bounded: when the
 ** bytes this process believes it holds pass the limit, the oldest files (by
 ** modification time, which a hit refreshes) go until it holds 3/4 of it.
 */

@@ -187,8 +187,11 @@ typedef struct miss {
 
 int
 keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
-                   uint8_t *bufs, uint32_t inflight)
+                   uint8_t *bufs, uint32_t inflight, keel_cache_wq *later,
+                   size_t *nlater)
 {
+    if (nlater)
+        *nlater = 0;
     if (n == 0)
         return KEEL_OK;
     miss *ms = keel__malloc(n * sizeof *ms);
@@ -279,10 +282,18 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
                             g[ms[j].i], c->url, (size_t)G, ms[j].pg.off, key);
         }
     }
-    if (rc == KEEL_OK && c->disk)
-        for (size_t j = 0; j < nm; j++)
-            keel__disk_put(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo,
-                           bufs + ms[j].i * G);
+    if (rc == KEEL_OK && c->disk) {
+        for (size_t j = 0; j < nm; j++) {
+            uint8_t *b = bufs + ms[j].i * G;
+            if (later)
+                later[(*nlater)++] = (keel_cache_wq){NULL, g[ms[j].i],
+                                                     ms[j].pg.hash_hi,
+                                                     ms[j].pg.hash_lo, b};
+            else
+                keel__disk_put(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo,
+                               b);
+        }
+    }
     if (rc)
         __atomic_add_fetch(&c->n.failures, 1, __ATOMIC_RELAXED);
     keel__free(ms);
@@ -338,10 +349,17 @@ rsrc_wait(void *self)
     if (!s->ng)
         return 0;
     uint8_t *bufs = keel__malloc(s->ng * G);
-    int rc = bufs ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs, s->runs)
-                  : KEEL_ENOMEM;
+    keel_cache_wq *later = keel__malloc(s->ng * sizeof *later);
+    size_t nlater = 0;
+    int rc = bufs && later ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs,
+                                                s->runs, later, &nlater)
+                           : KEEL_ENOMEM;
     for (size_t i = 0; i < s->ng && rc == KEEL_OK; i++)
         rc = keel__cache_install(s->c, s->g[i], bufs + i * G);
+    /* Cache invariant 6: to disk once in, by the writer. */
+    if (rc == KEEL_OK)
+        keel__cache_write_later(s->c, later, nlater);
+    keel__free(later);
     keel__free(bufs);
     s->ng = 0;
     s->runs = 0;
