@@ -8,6 +8,9 @@
 #   make test-objstore   the S3 client against a Ceph RADOS Gateway it starts
 #   make check           test + asan + tsan + python + objstore: what CI runs
 #   make demo            build and search GloVe-100 (340k) with the CLI
+#   make bench-remote    keel by URL from a gateway with 20 ms per request,
+#                        cold and cached, against downloading the file
+#                        (bench/remote.sh, doc/object_storage_bench.md)
 #   make install PREFIX=/usr/local
 #   make deps            install the Debian packages the build and tests need
 
@@ -65,7 +68,7 @@ FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long stress-long \
         test-objstore \
-        bench bench-smoke fuzz pagein-bench
+        bench bench-smoke bench-remote fuzz pagein-bench
 
 VERSION = 0.1.0
 SONAME  = libkeel.so.0
@@ -157,6 +160,14 @@ tsan:
 bench: $(BUILD)/libkeel.a
 	sh tools/deps.sh bench
 	BUILD=$(BUILD) sh bench/run.sh
+
+# keel reading GloVe-100 (340k) by URL from a Ceph RADOS Gateway it starts,
+# with 20 ms added to every request by build/s3_proxy: cold starts per
+# overlap setting, warm or not, the cached QPS, and the download-and-load
+# path of a single-file index (bench/remote.sh says how; about an hour;
+# ROUNDS=3 NQ=100 for a shorter run). Writes bench/out/remote/report.md.
+bench-remote: $(BUILD)/libkeel.a $(BUILD)/keel $(BUILD)/s3_proxy
+	BUILD=$(BUILD) bash bench/remote.sh
 
 # Which call overlaps cold page reads on this kernel (doc/batch_reads.md):
 #   make pagein-bench && build/pagein_bench FILE [--ranges 32] [--span 4096]

@@ -20,7 +20,9 @@
 **          the same way). The strict id-only figure is printed as well.
 **   cold   time from KEEL_BENCH_T0 (CLOCK_MONOTONIC ns, set by bench/evict
 **          just before it execs this program) to the open, and to the 1st,
-**          10th, 100th and 1,000th query answered, one query per call.
+**          10th, 100th and 1,000th query answered, one query per call, and
+**          the mean per query after the 100th; an index opened by URL also
+**          reports what it fetched (GETs, bytes) at each of those points.
 */
 #ifndef KEEL_BENCH_COMMON_H
 #define KEEL_BENCH_COMMON_H
@@ -381,7 +383,24 @@ typedef struct bench_engine {
     void (*search)(void *ctx, const float *q, size_t k, int64_t *ids);
     /* Distance computations so far, or -1 if the engine cannot say. */
     long long (*ndist)(void *ctx);
+    /* What the engine fetched from object storage so far, into
+    ** v[BENCH_FETCH_N] (the names below); NULL: it fetches nothing. */
+    void (*fetched)(void *ctx, long long *v);
+    /* More JSON fields for the cold line (",\"name\":value..."), asked
+    ** for after the last query; NULL: none. */
+    const char *(*more)(void *ctx);
 } bench_engine;
+
+#define BENCH_FETCH_N 6
+static const char *const bench_fetch_names[BENCH_FETCH_N] = {
+    "gets", "get_bytes", "warm_gets", "warm_bytes", "faults", "disk_hits"};
+
+/* Limits of a cold run: at most max_q queries (0: every query of the file),
+** and none started after max_s seconds from exec (0: no limit). */
+typedef struct bench_cold_opts {
+    size_t max_q;
+    double max_s;
+} bench_cold_opts;
 
 /* The recall / QPS sweep; prints one JSON line per ef and round. `tag` is
 ** the JSON object's opening fields, such as "\"engine\":\"keel\"". */
@@ -433,31 +452,67 @@ bench_sweep(const bench_engine *e, const char *tag, const float *queries,
 }
 
 /* After the open: answer queries one per call, note the times of the 1st,
-** 10th, 100th and 1,000th results; prints one JSON line. */
+** 10th, 100th and 1,000th results, and of the last (the mean ms per query
+** after the 100th is (end_ms - q100_ms) / (queries - 100)); with an engine
+** that fetches, its counters at the open, the 1st, 10th and 100th result and
+** the end. Prints one JSON line. */
 static inline void
 bench_cold(const bench_engine *e, const char *tag, const char *index_path,
            int64_t t0, double main_ms, double ready_ms, double open_ms,
            const float *queries, size_t nq, uint32_t dim, unsigned ef,
-           size_t k)
+           size_t k, const bench_cold_opts *lim)
 {
     static const size_t marks[] = {1, 10, 100, 1000};
     double at[4] = {-1, -1, -1, -1};
+    long long f[5][BENCH_FETCH_N]; /* open, 1st, 10th, 100th, end */
+    memset(f, 0xff, sizeof f);     /* -1: not reached */
     int64_t *ids = (int64_t *)malloc(k * sizeof *ids);
+    size_t want = lim && lim->max_q && lim->max_q < nq ? lim->max_q : nq;
+    double max_ms = lim && lim->max_s > 0 ? lim->max_s * 1e3 : 0;
     e->set_ef(e->ctx, ef);
-    size_t m = 0;
-    for (size_t i = 0; i < nq && m < 4; i++) {
+    if (e->fetched)
+        e->fetched(e->ctx, f[0]);
+    size_t m = 0, done = 0;
+    double end_ms = bench_ms_since(t0);
+    int capped = 0;
+    for (size_t i = 0; i < want; i++) {
+        if (max_ms && bench_ms_since(t0) > max_ms) {
+            capped = 1;
+            break;
+        }
         e->search(e->ctx, queries + i * dim, k, ids);
-        if (i + 1 == marks[m])
-            at[m++] = bench_ms_since(t0);
+        done = i + 1;
+        end_ms = bench_ms_since(t0);
+        if (m < 4 && done == marks[m]) {
+            at[m] = end_ms;
+            if (m < 3 && e->fetched)
+                e->fetched(e->ctx, f[m + 1]);
+            m++;
+        }
     }
+    if (e->fetched)
+        e->fetched(e->ctx, f[4]);
     long long res, total;
     bench_resident(index_path, &res, &total);
     printf("{%s,\"ef\":%u,\"main_ms\":%.3f,\"ready_ms\":%.3f,"
            "\"open_ms\":%.3f,\"q1_ms\":%.3f,\"q10_ms\":%.3f,"
-           "\"q100_ms\":%.3f,\"q1000_ms\":%.3f,\"resident_pages\":%lld,"
-           "\"file_pages\":%lld,\"rss_kb\":%ld,\"load\":%.2f}\n",
+           "\"q100_ms\":%.3f,\"q1000_ms\":%.3f,\"queries\":%zu,"
+           "\"capped\":%d,\"end_ms\":%.3f,\"after100_ms_per_q\":%.4f,"
+           "\"resident_pages\":%lld,"
+           "\"file_pages\":%lld,\"rss_kb\":%ld,\"load\":%.2f",
            tag, ef, main_ms, ready_ms, open_ms, at[0], at[1], at[2], at[3],
+           done, capped, end_ms,
+           done > 100 && at[2] >= 0 ? (end_ms - at[2]) / (double)(done - 100)
+                                    : -1.0,
            res, total, bench_status_kb("VmRSS:"), bench_loadavg());
+    if (e->fetched)
+        for (int c = 0; c < BENCH_FETCH_N; c++)
+            printf(",\"%s_at\":[%lld,%lld,%lld,%lld,%lld]",
+                   bench_fetch_names[c], f[0][c], f[1][c], f[2][c], f[3][c],
+                   f[4][c]);
+    if (e->more)
+        fputs(e->more(e->ctx), stdout);
+    printf("}\n");
     fflush(stdout);
     free(ids);
 }

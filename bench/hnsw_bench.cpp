@@ -20,7 +20,10 @@
 **   popped into an array inside the timed call. Distance computations come
 **   from hnswlib's own metric_distance_computations counter.
 ** cold: loadIndex (which reads the whole file) and one query per call, times
-**   from KEEL_BENCH_T0 as for keel.
+**   from KEEL_BENCH_T0 as for keel (at most --queries N queries, none
+**   started after --max-s S seconds). bench/remote.sh starts it from its
+**   download driver (s3_object get ... -- hnsw_bench cold ...), so its
+**   times include the download.
 **
 ** Compile with the flags of keel's library plus -march=native, so that
 ** hnswlib's compile-time SIMD (AVX-512 here) is on, as keel's run-time
@@ -87,7 +90,8 @@ usage()
           "[--metric l2|cosine] [--ef LIST] [--rounds R] [--min-time S] "
           "[--k 10] [--label L]\n"
           "       hnsw_bench cold INDEX QUERIES.fvecs [--metric l2|cosine] "
-          "[--ef 64] [--k 10] [--label L]\n", stderr);
+          "[--ef 64] [--k 10] [--queries N] [--max-s S] [--label L]\n",
+          stderr);
     exit(2);
 }
 
@@ -96,8 +100,8 @@ struct opts {
     int npos;
     std::string metric, efs, label;
     unsigned M, efc, threads, ef, rounds;
-    size_t k;
-    double min_time;
+    size_t k, max_q;
+    double min_time, max_s;
 };
 
 static void
@@ -113,6 +117,8 @@ parse(int argc, char **argv, opts *o)
     o->rounds = 1;
     o->k = 10;
     o->min_time = 0.5;
+    o->max_q = 0;
+    o->max_s = 0;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         if (a[0] != '-') {
@@ -143,6 +149,10 @@ parse(int argc, char **argv, opts *o)
             o->k = (size_t)atoi(v);
         else if (a == "--label")
             o->label = v;
+        else if (a == "--queries")
+            o->max_q = (size_t)atol(v);
+        else if (a == "--max-s")
+            o->max_s = atof(v);
         else if (a == "--precision") {
             if (std::string(v) != "f32")
                 bench_die("hnswlib has no %s storage", v);
@@ -252,7 +262,7 @@ cmd_sweep(const opts *o)
     hnswlib::SpaceInterface<float> *space = make_space(o, dim);
     hctx c;
     h_open(o, dim, space, &c);
-    bench_engine e = {&c, h_set_ef, h_search, h_ndist};
+    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"sweep\"";
     bench_sweep(&e, tag.c_str(), q, nq, dim, &gt, efs, nef, (int)o->rounds,
@@ -277,11 +287,12 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     hctx c;
     h_open(o, dim, space, &c);
     double open_ms = bench_ms_since(t0);
-    bench_engine e = {&c, h_set_ef, h_search, h_ndist};
+    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"cold\"";
+    bench_cold_opts lim = {o->max_q, o->max_s};
     bench_cold(&e, tag.c_str(), o->pos[0], t0, main_ms, ready_ms, open_ms, q,
-               nq, dim, o->ef, o->k);
+               nq, dim, o->ef, o->k, &lim);
     delete c.h;
     delete space;
     free(q);

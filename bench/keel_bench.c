@@ -6,7 +6,11 @@
 **   keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef 16,24,...]
 **                    [--rounds R] [--min-time S] [--k 10] [--label L]
 **   keel_bench cold  INDEX QUERIES.fvecs [--warm] [--ef 64] [--k 10]
-**                    [--label L]
+**                    [--queries N] [--max-s S] [--label L]
+**
+** INDEX is a file, or the URL of a published index (s3://BUCKET/PREFIX,
+** doc/objstore.md; its cache from KEEL_CACHE_DIR and the rest of the
+** environment, as for any reader).
 **
 ** Each prints JSON, one object per line, on standard output.
 **
@@ -18,14 +22,21 @@
 **   keel_stat; bytes this process sent to storage from /proc/self/io
 **   (write_bytes: pages it dirtied, through the mapping or write()).
 ** sweep: keel_open_reader with KEEL_WARM (and KEEL_HUGE_PAGES when the
-**   environment has BENCH_HUGE=1), then bench_common.h's loop.
+**   environment has BENCH_HUGE=1), then bench_common.h's loop. With
+**   internals (below), the sweep first waits for warm to finish (the
+**   JSON's warm_ms: from the open), so a URL is measured with its whole
+**   index in the page cache.
 ** cold: keel_open_reader (with KEEL_WARM under --warm), then one query per
-**   call; times run from KEEL_BENCH_T0, which bench/evict sets just before
-**   exec, so they include exec, the dynamic loader and reading the queries.
+**   call (at most --queries N, none started after --max-s S seconds);
+**   times run from KEEL_BENCH_T0, which bench/evict sets just before exec,
+**   so they include exec, the dynamic loader and reading the queries.
 **
 ** Built with -DKEEL_BENCH_INTERNALS and -Isrc, the sweep also reports the
 ** distance computations per query, read from the search context the handle
-** keeps after each call (an internal structure; diagnostics only).
+** keeps after each call, and a URL's cold run what its page cache fetched
+** (GETs and bytes, warm's share, the fault thread's granules, disk cache
+** hits: keel__remote_counters) at the open, the 1st, 10th and 100th result
+** and the end (internal structures; diagnostics only).
 */
 #define _GNU_SOURCE 1
 
@@ -35,6 +46,8 @@
 
 #ifdef KEEL_BENCH_INTERNALS
 #include "api/api.h"
+
+#include <pthread.h>
 #endif
 
 typedef struct kctx {
@@ -82,6 +95,66 @@ k_ndist(void *cv)
 #endif
 }
 
+#ifdef KEEL_BENCH_INTERNALS
+/* The page cache's counters (bench_common.h's bench_fetch_names order);
+** the engine gets this only for a URL. */
+static void
+k_fetched(void *cv, long long *v)
+{
+    keel_cache_counters n;
+    memset(&n, 0, sizeof n);
+    keel__remote_counters(((kctx *)cv)->idx, &n);
+    v[0] = (long long)n.gets;
+    v[1] = (long long)n.get_bytes;
+    v[2] = (long long)n.warm_gets;
+    v[3] = (long long)n.warm_bytes;
+    v[4] = (long long)n.faults;
+    v[5] = (long long)n.disk_hits;
+}
+
+
+/* Warm's end, seen from a thread that polls every millisecond (cold
+** --warm with internals): ms from exec, -1 while it runs. */
+static struct {
+    keel_index *idx;
+    int64_t t0;
+    double done_ms;
+    int stop;
+    pthread_t tid;
+} warm_watch = {NULL, 0, -1, 0, 0};
+
+static void *
+warm_watch_main(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&warm_watch.stop, __ATOMIC_ACQUIRE)) {
+        if (!keel__warm_running(warm_watch.idx)) {
+            warm_watch.done_ms = bench_ms_since(warm_watch.t0);
+            break;
+        }
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static const char *
+k_more(void *cv)
+{
+    static char buf[64];
+    (void)cv;
+    __atomic_store_n(&warm_watch.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(warm_watch.tid, NULL);
+    snprintf(buf, sizeof buf, ",\"warm_done_ms\":%.1f", warm_watch.done_ms);
+    return buf;
+}
+#endif
+
+static int
+is_url(const char *s)
+{
+    return strncmp(s, "s3://", 5) == 0;
+}
+
 static void
 usage(void)
 {
@@ -91,7 +164,7 @@ usage(void)
           "       keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef LIST] "
           "[--rounds R] [--min-time S] [--k 10] [--label L]\n"
           "       keel_bench cold INDEX QUERIES.fvecs [--warm] [--ef 64] "
-          "[--k 10] [--label L]\n", stderr);
+          "[--k 10] [--queries N] [--max-s S] [--label L]\n", stderr);
     exit(2);
 }
 
@@ -109,8 +182,8 @@ typedef struct opts {
     int npos;
     const char *metric, *precision, *efs, *label;
     unsigned M, efc, threads, ef, rounds;
-    size_t k;
-    double min_time;
+    size_t k, max_q;
+    double min_time, max_s;
     int warm;
 } opts;
 
@@ -165,6 +238,10 @@ parse(int argc, char **argv, opts *o)
             o->k = (size_t)atoi(v);
         else if (strcmp(a, "--label") == 0)
             o->label = v;
+        else if (strcmp(a, "--queries") == 0)
+            o->max_q = (size_t)atol(v);
+        else if (strcmp(a, "--max-s") == 0)
+            o->max_s = atof(v);
         else
             usage();
     }
@@ -255,14 +332,29 @@ cmd_sweep(const opts *o)
     if (getenv("BENCH_HUGE") && atoi(getenv("BENCH_HUGE")))
         opt.flags |= KEEL_HUGE_PAGES;
     static kctx c;
+    int64_t open0 = bench_now_ns();
     check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
     if (keel_dim(c.idx) != dim)
         bench_die("%s: the queries' dimensions differ from the index's",
                   o->pos[1]);
-    bench_engine e = {&c, k_set_ef, k_search, k_ndist};
+    double warm_ms = -1;
+    long long missing = -1;
+    (void)open0;
+#ifdef KEEL_BENCH_INTERNALS
+    while (keel__warm_running(c.idx))
+        usleep(1000);
+    warm_ms = bench_ms_since(open0);
+    keel_cache_counters cn;
+    if (keel__remote_counters(c.idx, &cn) == KEEL_OK)
+        missing = (long long)cn.missing;
+    keel__clear_error();
+#endif
+    bench_engine e = {&c, k_set_ef, k_search, k_ndist, NULL, NULL};
     char tag[256];
     snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
-             "\"kind\":\"sweep\"", o->label);
+             "\"kind\":\"sweep\",\"url\":%d,\"warm_ms\":%.1f,"
+             "\"missing\":%lld", o->label, is_url(o->pos[0]), warm_ms,
+             missing);
     bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
                 o->min_time, o->k);
     keel_close(c.idx);
@@ -287,12 +379,26 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     static kctx c;
     check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
     double open_ms = bench_ms_since(t0);
-    bench_engine e = {&c, k_set_ef, k_search, k_ndist};
-    char tag[256];
+    bench_engine e = {&c, k_set_ef, k_search, k_ndist, NULL, NULL};
+#ifdef KEEL_BENCH_INTERNALS
+    if (is_url(o->pos[0]))
+        e.fetched = k_fetched;
+    if (o->warm) {
+        warm_watch.idx = c.idx;
+        warm_watch.t0 = t0;
+        if (pthread_create(&warm_watch.tid, NULL, warm_watch_main, NULL) == 0)
+            e.more = k_more;
+    }
+#endif
+    char tag[512];
+    const char *cap = getenv("KEEL_BATCH_READS_MAX_RUNS");
     snprintf(tag, sizeof tag, "\"engine\":\"%s\",\"label\":\"%s\","
-             "\"kind\":\"cold\"", o->warm ? "keel-warm" : "keel", o->label);
+             "\"kind\":\"cold\",\"url\":%d,\"max_runs\":\"%s\"",
+             o->warm ? "keel-warm" : "keel", o->label, is_url(o->pos[0]),
+             cap ? cap : "");
+    bench_cold_opts lim = {o->max_q, o->max_s};
     bench_cold(&e, tag, o->pos[0], t0, main_ms, ready_ms, open_ms, q, nq, dim,
-               o->ef, o->k);
+               o->ef, o->k, &lim);
     keel_close(c.idx);
     free(q);
     return 0;
