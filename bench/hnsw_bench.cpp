@@ -262,7 +262,7 @@ cmd_sweep(const opts *o)
     hnswlib::SpaceInterface<float> *space = make_space(o, dim);
     hctx c;
     h_open(o, dim, space, &c);
-    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL};
+    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"sweep\"";
     bench_sweep(&e, tag.c_str(), q, nq, dim, &gt, efs, nef, (int)o->rounds,
@@ -287,7 +287,7 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     hctx c;
     h_open(o, dim, space, &c);
     double open_ms = bench_ms_since(t0);
-    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL};
+    bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"cold\"";
     bench_cold_opts lim = {o->max_q, o->max_s};
