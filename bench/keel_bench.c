@@ -261,8 +261,10 @@ cmd_sweep(const opts *o)
                   o->pos[1]);
     bench_engine e = {&c, k_set_ef, k_search, k_ndist};
     char tag[256];
-    snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
-             "\"kind\":\"sweep\"", o->label);
+    const char *br = getenv("KEEL_BATCH_READS");
+    int off = br && *br && atoi(br) == 0; /* batch reads off: its own name */
+    snprintf(tag, sizeof tag, "\"engine\":\"keel%s\",\"label\":\"%s\","
+             "\"kind\":\"sweep\"", off ? "-off" : "", o->label);
     bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
                 o->min_time, o->k);
     keel_close(c.idx);
@@ -289,8 +291,12 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     double open_ms = bench_ms_since(t0);
     bench_engine e = {&c, k_set_ef, k_search, k_ndist};
     char tag[256];
-    snprintf(tag, sizeof tag, "\"engine\":\"%s\",\"label\":\"%s\","
-             "\"kind\":\"cold\"", o->warm ? "keel-warm" : "keel", o->label);
+    /* KEEL_BATCH_READS=0 (batch reads off) names its own variant. */
+    const char *br = getenv("KEEL_BATCH_READS");
+    int off = br && *br && atoi(br) == 0;
+    snprintf(tag, sizeof tag, "\"engine\":\"%s%s\",\"label\":\"%s\","
+             "\"kind\":\"cold\"", o->warm ? "keel-warm" : "keel",
+             off ? "-off" : "", o->label);
     bench_cold(&e, tag, o->pos[0], t0, main_ms, ready_ms, open_ms, q, nq, dim,
                o->ef, o->k);
     keel_close(c.idx);

@@ -8,6 +8,8 @@
 #include "lib/testdata.h"
 
 #include <pthread.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "store/pagein.h"
 
@@ -184,6 +186,131 @@ TEST(cold_readers_beside_a_writer)
     CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
     CHECK(__atomic_load_n(&advised, __ATOMIC_RELAXED) > 0);
     CHECK_OK(keel_close(w));
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(1);
+}
+
+/* --- warm lets the first search go first --------------------------------- */
+
+static pthread_t main_thread;
+static int log_n;                 /* atomic */
+static char log_main[4096];       /* per WILLNEED call: 1 from the main thread */
+
+static int
+logging_advise(void *addr, size_t len, enum keel_advice advice)
+{
+    if (advice == KEEL_ADV_WILLNEED) {
+        int i = __atomic_fetch_add(&log_n, 1, __ATOMIC_RELAXED);
+        if (i < (int)sizeof log_main)
+            __atomic_store_n(&log_main[i],
+                             (char)pthread_equal(pthread_self(), main_thread),
+                             __ATOMIC_RELAXED);
+    }
+    return keel__os_posix.advise(addr, len, advice);
+}
+
+static void *
+warm_reader_main(void *arg)
+{
+    uint64_t seed = (uintptr_t)arg;
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    for (int round = 0; round < 10; round++) {
+        keel_index *r;
+        if (keel_open_reader(rpath, &o, &r) != KEEL_OK) {
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
+        for (int i = 0; i < round % 3; i++) { /* round 0: close at once */
+            td_vec_of(seed * 100 + (uint64_t)i, RDIM, q);
+            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
+                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+        }
+        keel_close(r);
+    }
+    return NULL;
+}
+
+TEST(warm_lets_the_first_search_go_first)
+{
+    static keel_os cold_os;
+    cold_os = keel__os_posix;
+    cold_os.resident = nothing_resident;
+    cold_os.advise = logging_advise;
+    keel__os = &cold_os;
+    keel__br_set_enabled(2);
+    main_thread = pthread_self();
+    rpath = test_path("warm.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
+    float *v = malloc(2000 * RDIM * sizeof *v);
+    for (uint64_t i = 0; i < 2000; i++)
+        td_vec_of(i, RDIM, v + i * RDIM);
+    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    free(v);
+    CHECK_OK(keel_close(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    /* A search right after the open: every page it asks for is asked for
+     * before warm asks for any. */
+    keel_index *r;
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    td_vec_of(7, RDIM, q);
+    keel__br_set_warm_first_ms(60000); /* however slow the machine */
+    __atomic_store_n(&log_n, 0, __ATOMIC_RELAXED);
+    CHECK_OK(keel_open_reader(rpath, &o, &r));
+    CHECK_OK(keel_search(r, q, 10, NULL, res, &n));
+    CHECK_EQ(n, 10);
+    /* Wait for warm's reads to follow (main makes no call meanwhile). */
+    int searched = 0, total = 0;
+    for (int t = 0; t < 5000; t++) {
+        total = __atomic_load_n(&log_n, __ATOMIC_RELAXED);
+        searched = 0;
+        while (searched < total && searched < (int)sizeof log_main &&
+               __atomic_load_n(&log_main[searched], __ATOMIC_RELAXED))
+            searched++;
+        if (total > searched)
+            break;
+        usleep(1000);
+    }
+    char pattern[64] = {0};
+    for (int i = 0; i < total && i < 63; i++)
+        pattern[i] = log_main[i] ? 'S' : 'w';
+    /* The search's calls (S), then warm's (w), never interleaved. */
+    CHECK_MSG(searched > 0 && total > searched,
+              "searched %d, all %d: %s", searched, total, pattern);
+    CHECK(total < (int)sizeof log_main);
+    for (int i = searched; i < total; i++)
+        CHECK_MSG(log_main[i] == 0, "call %d of %d: %s", i, total, pattern);
+    CHECK_OK(keel_close(r));
+    keel__br_set_warm_first_ms(KEEL_BR_WARM_FIRST_MS);
+    /* No search: warm reads anyway, after a short while. */
+    memset(log_main, 0, sizeof log_main);
+    __atomic_store_n(&log_n, 0, __ATOMIC_RELAXED);
+    CHECK_OK(keel_open_reader(rpath, &o, &r));
+    for (int t = 0; t < 5000 && !__atomic_load_n(&log_n, __ATOMIC_RELAXED);
+         t++)
+        usleep(1000);
+    CHECK(__atomic_load_n(&log_n, __ATOMIC_RELAXED) > 0);
+    CHECK_OK(keel_close(r)); /* joins warm: its log entries are in */
+    CHECK(log_main[0] == 0);
+    /* Readers with warm opening, searching and closing on four threads
+     * (closes land while warm waits, reads, or has finished). */
+    pthread_t rt[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        CHECK(pthread_create(&rt[i], NULL, warm_reader_main,
+                             (void *)(i + 1)) == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(rt[i], NULL);
+    CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
     keel__os = &keel__os_posix;
     keel__br_set_enabled(1);
 }

@@ -28,8 +28,11 @@
 **       never unmap before close (store.c invariant 9).
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
-**   (4) While warm reads, searches leave the reading to it (batch_reads.h);
-**       a warm-up that read everything marks the whole file known resident
+**   (4) Warm starts its reads when the first search has ended (or none
+**       began within a short while: pagein.h keel__br_warm_wait), and while
+**       it reads, every search brings in what it needs first (its reads
+**       would otherwise wait behind the whole file's); a warm-up that read
+**       everything marks the whole file known resident
 **       in the batch-read record, so searches stop calling that module for
 **       good; stopping drops the record, since every caller of
 **       keel__warm_stop is about to close or swap the store with no search
@@ -134,6 +137,7 @@ warm_main(void *arg)
      * Vectors with huge-page advice skip it: its reads fill the page cache
      * with small pages, while the faults' own reads bring whole 2 MiB
      * pieces the system can map with one huge page each. */
+    keel__br_warm_wait(w->st, &w->stop); /* the first search first */
     if (advise_all(w, KEEL_ADV_WILLNEED) &&
         advise_all(w, KEEL_ADV_POPULATE_READ))
         keel__br_warmed(w->st, &w->view); /* rule (4) */
@@ -189,6 +193,7 @@ keel__warm_stop(keel_index *idx)
     idx->warm = NULL;
     if (w->owner == getpid()) { /* rule (3) */
         __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
+        keel__br_wake();
         pthread_join(w->tid, NULL);
     }
     if (here)
@@ -229,6 +234,7 @@ keel_warm(keel_index *idx)
 static void
 advise_slots(keel_store *st, uint64_t from, uint64_t to)
 {
+    keel__br_own_advice(st); /* before the advice: pagein.c invariant (3) */
     uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
     for (uint32_t k = 0; k < nseg; k++) {
         keel_segment *s = &st->seg[k];

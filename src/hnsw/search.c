@@ -457,19 +457,15 @@ estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
     return *frac * (double)n;
 }
 
-int
-keel__search_knn(const keel_graph *gr, const keel_view *v,
-                 keel_search_ctx *c, const float *q, size_t k, uint32_t ef,
-                 const keel_accept *acc, keel_result *out, size_t *n_out)
+/* keel__search_knn with efk = max(ef, k), bringing pages in while c->br
+** is set. */
+static int
+search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
+           const float *q, size_t k, uint32_t efk, const keel_accept *acc,
+           keel_result *out, size_t *n_out)
 {
-    *n_out = 0;
-    if (v->count == 0 || v->entry == KEEL_EMPTY || v->entry >= v->limit)
-        return KEEL_OK;
-    uint32_t efk = (uint32_t)KEEL_MAX((size_t)ef, k);
     int filtered = acc->filter || acc->allowed;
     int scanned = 0, rc = 0;
-    c->ndist = 0;
-    c->br = keel__br_record(&c->brc, gr->st, v, efk);
     if (filtered) {
         double frac, m = estimate_matches(v, acc, &frac);
         /* A graph visit costs about one scanned distance, and an unfiltered
@@ -530,4 +526,25 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
     }
     *n_out = n;
     return KEEL_OK;
+}
+
+int
+keel__search_knn(const keel_graph *gr, const keel_view *v,
+                 keel_search_ctx *c, const float *q, size_t k, uint32_t ef,
+                 const keel_accept *acc, keel_result *out, size_t *n_out)
+{
+    *n_out = 0;
+    if (v->count == 0 || v->entry == KEEL_EMPTY || v->entry >= v->limit)
+        return KEEL_OK;
+    uint32_t efk = (uint32_t)KEEL_MAX((size_t)ef, k);
+    c->ndist = 0;
+    /* A cold search: its record is given back when the ids are read too
+     * (their table's faults then also read their page alone). */
+    keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
+    c->br = cold;
+    int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
+    c->br = NULL;
+    if (cold)
+        keel__br_done(cold);
+    return rc;
 }
