@@ -2,16 +2,18 @@
 ** a thread per client connection, each with its own upstream connection.
 **
 ** A connection's thread reads one request head, decides its fate (pass,
-** fail or stall: decide), waits the delay, then forwards the head and the
-** body to the upstream and the answer back, or answers itself. The only
+** fail, cut or stall: decide), waits the delay, then forwards the head and
+** the body to the upstream and the answer back (or its first bytes), or
+** answers itself. The only
 ** state shared between connections is the controls (under mu) and the
 ** counters (atomic).
 **
 ** Invariants:
 ** (1) A request that is neither failed nor stalled reaches the upstream as
 **     the client sent it, head and body, byte for byte and in order, and
-**     its answer reaches the client as the upstream sent it: the proxy
-**     adds, drops and rewrites nothing in a forwarded exchange.
+**     its answer reaches the client as the upstream sent it (a cut one: a
+**     prefix of it, then the close): the proxy adds, drops and rewrites
+**     nothing in a forwarded exchange.
 ** (2) Boundaries come from the messages themselves (RFC 9112, section 6):
 **     a request ends after its head and its Content-Length bytes or its
 **     last chunk; an answer after its head, then no body for a HEAD request
@@ -23,7 +25,7 @@
 **     upstream connection of its own (opened when first needed, opened
 **     again when the upstream closed it).
 ** (4) Each request's fate is decided once, under mu: fail_next(n) fails
-**     exactly n requests (of the kind faults apply to), however many
+**     (cut_after(0, n, b) cuts) exactly n requests (of the kind faults apply to), however many
 **     connections race for them.
 ** (5) The wake pipe is written once, at stop, and never read, so every
 **     poll in every thread sees it; stop joins every thread before it
@@ -76,13 +78,15 @@ struct s3proxy {
     unsigned delay_ms;   /* atomic */
     pthread_mutex_t mu;  /* the fields below, and each conn's done/next */
     conn *conns;
-    unsigned fail_skip, fail_left, stall_left;
+    unsigned fail_skip, fail_left, stall_left; /* the schedule */
     int fail_status, only_gets;
+    int cutting;         /* the schedule cuts (after cut_bytes) */
+    uint64_t cut_bytes;
     uint64_t active;     /* requests in progress */
     s3proxy_counters n;  /* atomic fields (max_active under mu) */
 };
 
-enum { PASS, FAIL, STALL };
+enum { PASS, FAIL, CUT, STALL };
 typedef enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_TO_CLOSE,
                BODY_BAD } body_kind;
 
@@ -384,7 +388,7 @@ send_fault(s3proxy *p, conn *c, int status, const char *method,
 
 /* Invariant (4). */
 static int
-decide(s3proxy *p, int is_get, int *status)
+decide(s3proxy *p, int is_get, int *status, uint64_t *cut)
 {
     int act = PASS;
     pthread_mutex_lock(&p->mu);
@@ -398,7 +402,8 @@ decide(s3proxy *p, int is_get, int *status)
             } else {
                 p->fail_left--;
                 *status = p->fail_status;
-                act = FAIL;
+                *cut = p->cut_bytes;
+                act = p->cutting ? CUT : FAIL;
             }
         }
     }
@@ -448,7 +453,9 @@ serve(s3proxy *p, conn *c, size_t hl, const char *method,
     char v[128];
     int expect = header(c->head, "expect", v, sizeof v) &&
                  strcasecmp(v, "100-continue") == 0;
-    int status = 0, act = decide(p, is_get, &status);
+    int status = 0;
+    uint64_t budget = 0; /* of a cut answer */
+    int act = decide(p, is_get, &status, &budget);
     if (act == STALL) { /* keep the request; drop all that follows */
         count(&p->n.stalls, 1);
         for (;;) {
@@ -473,6 +480,8 @@ serve(s3proxy *p, conn *c, size_t hl, const char *method,
             return 0;
         return send_fault(p, c, status, method, target, 0) == 0;
     }
+    if (act == CUT)
+        count(&p->n.cuts, 1);
     if (upstream(p, c) != 0 || send_all(p, c->up.fd, c->head, hl))
         return 0;
     int body_sent = !expect;
@@ -487,6 +496,16 @@ serve(s3proxy *p, conn *c, size_t hl, const char *method,
         if (strncmp(c->rhead, "HTTP/1.", 7) != 0 || !sp ||
             (st = atoi(sp + 1)) < 100)
             return 0;
+        if (act == CUT && st / 100 != 1) { /* budget bytes, then the close */
+            uint64_t len = 0;
+            size_t m = budget < (uint64_t)rl ? (size_t)budget : (size_t)rl;
+            if (send_all(p, c->cli.fd, c->rhead, m) == 0 && budget > m &&
+                framing(c->rhead, 1, st, is_head, &len) == BODY_LENGTH)
+                move_bytes(p, &c->up, c->cli.fd,
+                           len < budget - m ? len : budget - m,
+                           &p->n.body_bytes, is_get ? &p->n.get_bytes : NULL);
+            return 0;
+        }
         if (send_all(p, c->cli.fd, c->rhead, (size_t)rl))
             return 0;
         if (st / 100 == 1) {
@@ -757,6 +776,18 @@ s3proxy_fail_after(s3proxy *p, unsigned skip, unsigned n, int status)
     p->fail_skip = n ? skip : 0;
     p->fail_left = n;
     p->fail_status = status;
+    p->cutting = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void
+s3proxy_cut_after(s3proxy *p, unsigned skip, unsigned n, uint64_t bytes)
+{
+    pthread_mutex_lock(&p->mu);
+    p->fail_skip = n ? skip : 0;
+    p->fail_left = n;
+    p->cutting = 1;
+    p->cut_bytes = bytes;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -23,8 +23,15 @@
 **                   `Expect: 100-continue` request, whose body never
 **                   comes: that answer closes the connection
 **   fail_after(k, n, s)  let k requests through first, then as fail_next
+**   cut_after(k, n, b)   let k requests through, then forward n more but
+**                   cut each one's answer after its first b bytes (head
+**                   and body; 0: all of it) and close the connection: the
+**                   server did the request, the client never learns how
+**                   it ended (a reset, or an answer lost on the way)
 **   fail_only_gets  faults and stalls apply to GETs only; other methods
 **                   pass (and do not count against n or k)
+** Fails and cuts share one schedule: the last fail_* or cut_after call
+** replaces what is left of the one before.
 **
 ** Threads: one acceptor, one per client connection. s3proxy_stop wakes
 ** them all and returns after every one has ended.
@@ -42,6 +49,7 @@ typedef struct s3proxy_counters {
     uint64_t gets, heads, puts; /* of which, by method */
     uint64_t faults;      /* answered with a fault status */
     uint64_t stalls;      /* taken and never answered */
+    uint64_t cuts;        /* forwarded, their answers cut */
     uint64_t delayed;     /* waited delay_ms (> 0) before going on */
     uint64_t body_bytes;  /* response body bytes forwarded from upstream */
     uint64_t get_bytes;   /* of which, in answers to GETs */
@@ -65,9 +73,11 @@ const char *s3proxy_url(const s3proxy *p);
 void s3proxy_set_delay_ms(s3proxy *p, unsigned ms);
 void s3proxy_fail_next(s3proxy *p, unsigned n, int status);
 void s3proxy_fail_after(s3proxy *p, unsigned skip, unsigned n, int status);
+void s3proxy_cut_after(s3proxy *p, unsigned skip, unsigned n,
+                       uint64_t bytes);
 void s3proxy_fail_only_gets(s3proxy *p, int on);
 void s3proxy_stall_next(s3proxy *p, unsigned n);
-/* Cancels pending faults and stalls (not the delay). */
+/* Cancels pending fails, cuts and stalls (not the delay). */
 void s3proxy_clear(s3proxy *p);
 
 void s3proxy_counters_get(s3proxy *p, s3proxy_counters *out);
