@@ -134,7 +134,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 # tests, then the CLI and the Python binding on published indexes), and
 # stops it whatever happens. (`make test` runs the same binaries without a
 # server: only their tests that need none.)
-OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote
+OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote \
+                 $(BUILD)/test/test_remote_faults
 
 test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
 	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \
@@ -165,6 +166,13 @@ pagein-bench: $(BUILD)/pagein_bench
 $(BUILD)/pagein_bench: bench/pagein_bench.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -o $@ $< -luring -lpthread
+
+# A proxy in front of an S3 server that delays every request (benchmarks of
+# readers by URL at a realistic round trip; bench/s3_proxy.c says how):
+#   build/s3_proxy --upstream http://127.0.0.1:PORT --delay-ms 20 --port-file F
+$(BUILD)/s3_proxy: bench/s3_proxy.c test/lib/s3proxy.c test/lib/s3proxy.h | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itest bench/s3_proxy.c test/lib/s3proxy.c -o $@ $(LDFLAGS_ALL) -lpthread
 
 # The same code on 2,000 vectors of test/data, one round, every engine.
 bench-smoke: $(BUILD)/libkeel.a

@@ -188,6 +188,11 @@ void keel__cache_inflight_reset(void);
 ** hash and stores fetched ones in the disk cache. */
 int keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g,
                        size_t n, uint8_t *bufs, uint32_t inflight);
+/* The same for the granules of version m, pinned or not (a switch fetches
+** the next version's header pages before it changes anything). */
+int keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                          const uint64_t *g, size_t n, uint8_t *bufs,
+                          uint32_t inflight);
 /* The newest version at the URL no older than `after` (0: any), decoded
 ** into *m; seq 0 if none is newer. Requests go through s3. */
 int keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,

@@ -186,6 +186,14 @@ int
 keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
                    uint8_t *bufs, uint32_t inflight)
 {
+    return keel__remote_fetch_of(c, &c->man, s3, g, n, bufs, inflight);
+}
+
+int
+keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                      const uint64_t *g, size_t n, uint8_t *bufs,
+                      uint32_t inflight)
+{
     if (n == 0)
         return KEEL_OK;
     miss *ms = keel__malloc(n * sizeof *ms);
@@ -197,20 +205,19 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
         keel__free(keys);
         return KEEL_ENOMEM;
     }
-    /* The pinned version's entries (cache.h invariant 3 keeps them steady
-     * while a caller reads; copied under mu all the same). Zero pages need
-     * no fetch. */
+    /* The version's entries (cache.h invariant 3 keeps the pinned one
+     * steady while a caller reads; copied under mu all the same). Zero
+     * pages need no fetch. */
     size_t nm = 0, nr = 0;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < n; i++) {
-        if (g[i] >= c->man.npages ||
-            c->man.pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
+        if (g[i] >= m->npages || m->pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
             memset(bufs + i * G, 0, G);
             continue;
         }
         ms[nm].i = i;
-        ms[nm].pg = c->man.pages[g[i]];
-        ms[nm].pk = c->man.packs[ms[nm].pg.pack];
+        ms[nm].pg = m->pages[g[i]];
+        ms[nm].pk = m->packs[ms[nm].pg.pack];
         nm++;
     }
     pthread_mutex_unlock(&c->mu);
