@@ -1,13 +1,20 @@
 /* test_batch_reads.c -- the batch-read policy against a counting fake
 ** source (run sizing, caller order, duplicates and absence, failures, the
-** allowance), searches with the module on and off, and a read failure
-** injected through the OS table in the middle of a search.
+** allowance), searches with the module on and off, a read failure
+** injected through the OS table in the middle of a search, the access
+** advice of cold searches, warm's flag after it finished, and children
+** forked while warm waits or cold searches run.
 */
 #include "test.h"
 #include "lib/testdata.h"
 
 #include "api/api.h"
 #include "store/pagein.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* --- a fake source ------------------------------------------------------- */
 
@@ -613,6 +620,138 @@ TEST(huge_page_advice_outlives_cold_searches)
     free(v);
     keel__os = &keel__os_posix;
     keel__br_set_enabled(2);
+}
+
+/* A cold search means read-ahead advice was given during it. */
+static int
+search_was_cold(keel_index *idx, const float *q, uint32_t ef)
+{
+    long calls0 = advise_calls;
+    keel_search_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.ef = ef;
+    keel_result res[10];
+    size_t n;
+    if (keel_search(idx, q, 1, &sp, res, &n) != KEEL_OK || n != 1)
+        return -1;
+    return advise_calls > calls0;
+}
+
+TEST(after_warm_finished_only_the_first_search_is_cold_again)
+{
+    test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
+    test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");
+    use_counting_os(); /* nothing resident */
+    keel__br_set_enabled(2);
+    const char *path = test_path("warmed.keel");
+    keel_index *w, *r;
+    CHECK_OK(keel_open(path, base.dim, NULL, &w));
+    CHECK_OK(keel_add_batch(w, base.v, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    CHECK_OK(keel_open_reader(path, &o, &r));
+    for (int t = 0; t < 10000 && !keel__warm_done(r); t++)
+        usleep(1000); /* warm reads it all */
+    CHECK(keel__warm_done(r));
+    /* The index grows past what warm read: one cold search, as on a
+     * handle that never warmed, then none. */
+    CHECK_OK(keel_add_batch(w, base.v + 2000 * base.dim, 8000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    int cold = 0;
+    for (int i = 0; i < 20; i++) {
+        int c = search_was_cold(r, q.v + (size_t)i * q.dim, 10);
+        CHECK(c >= 0);
+        cold += c;
+    }
+    CHECK(cold <= 1);
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+    td_free_vecs(&base);
+    td_free_vecs(&q);
+    keel__os = &keel__os_posix;
+}
+
+static keel_index *fork_reader;
+static int fork_stop; /* atomic */
+
+static void *
+cold_searches(void *arg)
+{
+    const test_vecs *q = arg;
+    keel_result res[10];
+    size_t n;
+    for (size_t i = 0; !__atomic_load_n(&fork_stop, __ATOMIC_ACQUIRE); i++)
+        keel_search(fork_reader, q->v + (i % q->n) * q->dim, 10, NULL, res,
+                    &n);
+    return NULL;
+}
+
+/* A child of a process whose warm thread waits for a first search, and
+** whose threads run cold searches (each taking the registry's lock to
+** change the mappings' advice), opens readers of its own, with warm, and
+** searches: it must not hang on a lock or a condition variable copied
+** mid-use from the parent. */
+TEST(a_child_searches_whatever_warm_and_cold_searches_were_doing_at_the_fork)
+{
+    test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
+    test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");
+    use_counting_os(); /* nothing resident: every search while warm is cold */
+    keel__br_set_enabled(2);
+    const char *path = test_path("forked.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, base.dim, NULL, &w));
+    CHECK_OK(keel_add_batch(w, base.v, 3000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_close(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    CHECK_OK(keel_open_reader(path, &o, &fork_reader));
+    __atomic_store_n(&fork_stop, 0, __ATOMIC_RELEASE);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&t[i], NULL, cold_searches, &q) == 0);
+    int hung = 0, failed = 0;
+    for (int i = 0; i < 40; i++) {
+        keel_index *waiting; /* its warm thread waits for a first search */
+        CHECK_OK(keel_open_reader(path, &o, &waiting));
+        CHECK_OK(keel_warm(fork_reader)); /* a new record: searches cold */
+        usleep(1000);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            alarm(10);
+            for (int h = 0; h < 2; h++) {
+                keel_index *c;
+                keel_result res[10];
+                size_t n;
+                if (keel_open_reader(path, &o, &c) != KEEL_OK)
+                    _exit(3);
+                usleep(2000); /* its own warm waits for the search */
+                if (keel_search(c, q.v + (size_t)h * q.dim, 10, NULL, res,
+                                &n) != KEEL_OK || n != 10)
+                    _exit(4);
+                keel_close(c);
+            }
+            _exit(0);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        hung += WIFSIGNALED(status);
+        failed += WIFEXITED(status) && WEXITSTATUS(status) != 0;
+        CHECK_OK(keel_close(waiting));
+    }
+    __atomic_store_n(&fork_stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CHECK_OK(keel_close(fork_reader));
+    CHECK_EQ(hung, 0);
+    CHECK_EQ(failed, 0);
+    td_free_vecs(&base);
+    td_free_vecs(&q);
+    keel__os = &keel__os_posix;
 }
 
 TEST_MAIN()

@@ -113,6 +113,8 @@ void keel__remove_leftovers(const char *path);
 /* warm.c */
 int keel__warm_start(keel_index *idx);
 void keel__warm_stop(keel_index *idx);
+/* 1 when the handle's warm-up has read everything (tests). */
+int keel__warm_done(keel_index *idx);
 void keel__huge_pages_advise(keel_index *idx);
 void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
 

@@ -203,6 +203,17 @@ keel__warm_stop(keel_index *idx)
 }
 
 int
+keel__warm_done(keel_index *idx)
+{
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    struct keel_warm *w = idx->warm;
+    int done = w && __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) &&
+               !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return done;
+}
+
+int
 keel_warm(keel_index *idx)
 {
     keel__clear_error();

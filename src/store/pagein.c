@@ -16,6 +16,9 @@
 **       last (1 -> 0), and neither happens once the store's own_advice is
 **       set, which is set before the huge-page code gives its own advice. The advice is a
 **       hint: it never changes what a search reads or returns.
+**   (4) reg_lock is held across fork() (atfork handlers): a child starts
+**       with it free and with a fresh reg_cond, so the new handles of a
+**       child work whatever the parent's threads were doing.
 */
 #include "store/pagein.h"
 
@@ -28,17 +31,54 @@
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reg_cond;   /* warm waiting for the first search */
-static pthread_once_t reg_cond_once = PTHREAD_ONCE_INIT;
+static pthread_condattr_t reg_cond_attr;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+/* fork(): the child gets reg_lock free and a condition variable without the
+** parent's waiters (a copied one would keep their places, and glibc's
+** broadcast would wait for them for ever), whatever the parent's threads
+** were doing (invariant 4). */
+static void
+reg_fork_prepare(void)
+{
+    pthread_mutex_lock(&reg_lock);
+}
 
 static void
-reg_cond_init(void)
+reg_fork_parent(void)
 {
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&reg_cond, &a);
-    pthread_condattr_destroy(&a);
+    pthread_mutex_unlock(&reg_lock);
 }
+
+static void
+reg_fork_child(void)
+{
+    pthread_cond_init(&reg_cond, &reg_cond_attr);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static void
+reg_init(void)
+{
+    pthread_condattr_init(&reg_cond_attr);
+    pthread_condattr_setclock(&reg_cond_attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&reg_cond, &reg_cond_attr);
+    pthread_atfork(reg_fork_prepare, reg_fork_parent, reg_fork_child);
+}
+
+static void
+reg_enter(void)
+{
+    pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_lock);
+}
+
+static void
+reg_leave(void)
+{
+    pthread_mutex_unlock(&reg_lock);
+}
+
 static keel_br_record *reg_head;  /* under reg_lock */
 static uint64_t reg_gen = 1;      /* atomic: bumped by every forget */
 
@@ -102,10 +142,10 @@ mark(keel_br_record *rec, uint64_t off, uint64_t len)
         return;
     uint64_t known = __atomic_add_fetch(&rec->known, fresh, __ATOMIC_RELAXED);
     if (known >= KEEL_LOAD_RELAXED(&rec->total)) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         if (KEEL_LOAD_RELAXED(&rec->known) >= KEEL_LOAD_RELAXED(&rec->total))
             KEEL_STORE_RELEASE(&rec->all, 1);
-        pthread_mutex_unlock(&reg_lock);
+        reg_leave();
     }
 }
 
@@ -279,13 +319,12 @@ asked(keel_br_record *rec, int cold)
 {
     if (!cold && __atomic_load_n(&rec->asked, __ATOMIC_RELAXED))
         return NULL; /* a load only: searches on a hot file share no write */
-    pthread_once(&reg_cond_once, reg_cond_init);
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     __atomic_store_n(&rec->asked, 1, __ATOMIC_RELAXED);
     if (cold && rec->cold_active++ == 0 && !rec->st->own_advice)
         fault_advice(rec->st, KEEL_ADV_RANDOM); /* invariant (3) */
     pthread_cond_broadcast(&reg_cond);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
     return cold ? rec : NULL;
 }
 
@@ -299,9 +338,9 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
     uint64_t gen = __atomic_load_n(&reg_gen, __ATOMIC_ACQUIRE);
     keel_br_record *rec = c->rec;
     if (!rec || c->st != st || c->gen != gen) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         rec = find(st, 1);
-        pthread_mutex_unlock(&reg_lock);
+        reg_leave();
         c->st = st;
         c->rec = rec;
         c->gen = gen;
@@ -320,10 +359,10 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
     if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
         return asked(rec, 0); /* the cold searches are spent */
     if (KEEL_LOAD_ACQUIRE(&rec->covered) < v->limit) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         if (rec->covered < v->limit)
             extend(rec, st, v->limit);
-        pthread_mutex_unlock(&reg_lock);
+        reg_leave();
     }
     if (KEEL_LOAD_ACQUIRE(&rec->all))
         return asked(rec, 0);
@@ -341,23 +380,21 @@ keel__br_done(keel_br_record *rec)
 {
     if (rec->st->remote)
         return;
-    pthread_once(&reg_cond_once, reg_cond_init);
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     if (--rec->cold_active == 0) {
         if (!rec->st->own_advice) /* invariant (3) */
             fault_advice(rec->st, KEEL_ADV_NORMAL);
         pthread_cond_broadcast(&reg_cond);
     }
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_wake(void)
 {
-    pthread_once(&reg_cond_once, reg_cond_init);
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     pthread_cond_broadcast(&reg_cond);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 static struct timespec
@@ -386,13 +423,12 @@ keel__br_warm_wait(const keel_store *st, const int *stop)
 {
     if (st->remote || !keel__br_enabled())
         return;
-    pthread_once(&reg_cond_once, reg_cond_init);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct timespec first =
         ms_after(&t0, __atomic_load_n(&warm_first_ms, __ATOMIC_RELAXED));
     struct timespec last = ms_after(&t0, KEEL_BR_WARM_WAIT_MS);
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record *rec = find(st, 0);
     while (rec && !__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
         const struct timespec *until;
@@ -405,31 +441,31 @@ keel__br_warm_wait(const keel_store *st, const int *stop)
         if (pthread_cond_timedwait(&reg_cond, &reg_lock, until) == ETIMEDOUT)
             break;
     }
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_own_advice(keel_store *st)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     st->own_advice = 1; /* invariant (3) */
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_warming(const keel_store *st)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record *rec = find(st, 1);
     if (rec)
         KEEL_STORE_RELAXED(&rec->warming, 1);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_warmed(const keel_store *st, const keel_view *v)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record *rec = find(st, 1);
     if (rec) {
         if (rec->covered < v->limit)
@@ -449,14 +485,15 @@ keel__br_warmed(const keel_store *st, const keel_view *v)
         __atomic_store_n(&rec->known, KEEL_LOAD_RELAXED(&rec->total),
                          __ATOMIC_RELAXED);
         KEEL_STORE_RELEASE(&rec->all, 1);
+        KEEL_STORE_RELAXED(&rec->warming, 0); /* searches back to the rule */
     }
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_forget(const keel_store *st)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record **p = &reg_head;
     while (*p && (*p)->st != st)
         p = &(*p)->next;
@@ -464,7 +501,7 @@ keel__br_forget(const keel_store *st)
     if (rec)
         *p = rec->next;
     __atomic_add_fetch(&reg_gen, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
     if (rec)
         record_free(rec);
 }
