@@ -29,10 +29,9 @@
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
 **   (4) Warm starts its reads when the first search has ended (or none
-**       began within a short while: pagein.h keel__br_warm_wait), and while
-**       it reads, every search brings in what it needs first (its reads
-**       would otherwise wait behind the whole file's); a warm-up that read
-**       everything marks the whole file known resident
+**       began within a short while: pagein.h keel__br_warm_wait): that
+**       search brings in its own pages first, which would otherwise wait
+**       behind the whole file's; a warm-up that read everything marks the whole file known resident
 **       in the batch-read record, so searches stop calling that module for
 **       good; stopping drops the record, since every caller of
 **       keel__warm_stop is about to close or swap the store with no search

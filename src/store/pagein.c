@@ -10,12 +10,14 @@
 **       keel__br_forget, which its callers call when no search runs on the
 **       store (close, compaction's swap, warm restarting under the swap
 **       lock held exclusively).
-**   (3) The mappings' access advice changes only under reg_lock: a cold
-**       search's start sets random access when it is the only cold search
-**       (cold_active 0 -> 1), its end sets normal access when it was the
-**       last (1 -> 0), and neither happens once the store's own_advice is
-**       set, which is set before the huge-page code gives its own advice. The advice is a
-**       hint: it never changes what a search reads or returns.
+**   (3) The mappings' access advice changes only under reg_lock, and
+**       random_on says what it is: a cold search's start sets random access
+**       when it is the only cold search (cold_active 0 -> 1); normal access
+**       comes back when the last one ends (1 -> 0) or the record is dropped
+**       while one runs (warm restarted midway). Neither
+**       happens once the store's own_advice is set, which is set before the
+**       huge-page code gives its own advice. The advice is a hint: it never
+**       changes what a search reads or returns.
 **   (4) reg_lock is held across fork() (atfork handlers): a child starts
 **       with it free and with a fresh reg_cond, so the new handles of a
 **       child work whatever the parent's threads were doing.
@@ -80,6 +82,7 @@ reg_leave(void)
 }
 
 static keel_br_record *reg_head;  /* under reg_lock */
+static void random_access(keel_br_record *rec, int on);
 static uint64_t reg_gen = 1;      /* atomic: bumped by every forget */
 
 #define LEAF_WORDS ((1u << KEEL_BR_LEAF_LOG2) / 64)
@@ -321,11 +324,22 @@ asked(keel_br_record *rec, int cold)
         return NULL; /* a load only: searches on a hot file share no write */
     reg_enter();
     __atomic_store_n(&rec->asked, 1, __ATOMIC_RELAXED);
-    if (cold && rec->cold_active++ == 0 && !rec->st->own_advice)
-        fault_advice(rec->st, KEEL_ADV_RANDOM); /* invariant (3) */
+    if (cold && rec->cold_active++ == 0)
+        random_access(rec, 1);
     pthread_cond_broadcast(&reg_cond);
     reg_leave();
     return cold ? rec : NULL;
+}
+
+/* Turns random access on or off for rec's store (under reg_lock;
+** invariant 3). */
+static void
+random_access(keel_br_record *rec, int on)
+{
+    if (rec->random_on == on || rec->st->own_advice)
+        return;
+    fault_advice(rec->st, on ? KEEL_ADV_RANDOM : KEEL_ADV_NORMAL);
+    rec->random_on = on;
 }
 
 keel_br_record *
@@ -352,10 +366,7 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
      * round trip each, not a disk read. */
     if (st->remote)
         return rec;
-    /* While warm reads the file, every search brings in what it needs
-     * first; its own reads go before most of warm's (keel__br_warm_wait). */
-    int warming = KEEL_LOAD_RELAXED(&rec->warming);
-    uint64_t limit = warming ? 0 : KEEL_BR_COLD_SEARCHES;
+    uint64_t limit = KEEL_BR_COLD_SEARCHES;
     if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
         return asked(rec, 0); /* the cold searches are spent */
     if (KEEL_LOAD_ACQUIRE(&rec->covered) < v->limit) {
@@ -382,8 +393,7 @@ keel__br_done(keel_br_record *rec)
         return;
     reg_enter();
     if (--rec->cold_active == 0) {
-        if (!rec->st->own_advice) /* invariant (3) */
-            fault_advice(rec->st, KEEL_ADV_NORMAL);
+        random_access(rec, 0);
         pthread_cond_broadcast(&reg_cond);
     }
     reg_leave();
@@ -456,9 +466,7 @@ void
 keel__br_warming(const keel_store *st)
 {
     reg_enter();
-    keel_br_record *rec = find(st, 1);
-    if (rec)
-        KEEL_STORE_RELAXED(&rec->warming, 1);
+    find(st, 1); /* the record warm waits on (keel__br_warm_wait) */
     reg_leave();
 }
 
@@ -485,7 +493,6 @@ keel__br_warmed(const keel_store *st, const keel_view *v)
         __atomic_store_n(&rec->known, KEEL_LOAD_RELAXED(&rec->total),
                          __ATOMIC_RELAXED);
         KEEL_STORE_RELEASE(&rec->all, 1);
-        KEEL_STORE_RELAXED(&rec->warming, 0); /* searches back to the rule */
     }
     reg_leave();
 }
@@ -498,8 +505,10 @@ keel__br_forget(const keel_store *st)
     while (*p && (*p)->st != st)
         p = &(*p)->next;
     keel_br_record *rec = *p;
-    if (rec)
+    if (rec) {
         *p = rec->next;
+        random_access(rec, 0); /* warm stopped midway: the mappings stay */
+    }
     __atomic_add_fetch(&reg_gen, 1, __ATOMIC_RELEASE);
     reg_leave();
     if (rec)

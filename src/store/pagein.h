@@ -9,8 +9,8 @@
 ** are brought in,
 ** and all at once when warm has read everything. Ranges whose granules are
 ** all known never reach the policy; a file known resident, and every search
-** after the first of an opened file (KEEL_BR_COLD_SEARCHES) while warm is
-** not reading it, never call this module at all.
+** after the first of an opened file (KEEL_BR_COLD_SEARCHES), never call
+** this module at all.
 **
 ** While a search brings its own pages in (a cold search), the index's
 ** mappings have random-access advice, so the faults it still takes read
@@ -59,8 +59,9 @@ typedef struct keel_br_record {
     int all;                   /* atomic: known == total */
     uint64_t searches;         /* searches that used the record (atomic) */
     int asked;                 /* atomic: a search asked for it */
-    int warming;               /* atomic: warm is reading the whole file */
     uint32_t cold_active;      /* cold searches running (under reg_lock) */
+    int random_on;             /* the mappings have random-access advice
+                                * (under reg_lock) */
     uint64_t *bits[KEEL_BR_LEAVES];
     uint64_t *need[KEEL_BR_LEAVES];
     struct keel_br_record *next;
@@ -84,9 +85,8 @@ typedef struct keel_br_cache {
 
 /* The record of st brought up to view v (created on first use, remembered
 ** in c); NULL when the module is off, when every granule a search may ask
-** for is known resident, after the first KEEL_BR_COLD_SEARCHES searches
-** unless warm is reading the file (then every search brings in what it
-** needs first), for a file too small to gain (above;
+** for is known resident, after the first KEEL_BR_COLD_SEARCHES searches,
+** for a file too small to gain (above;
 ** ef: the search's), or when out of memory (the search then
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
@@ -143,8 +143,8 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                    keel_br_scratch *s);
 
-/* warm: started reading the whole file of st; meanwhile every search
-** brings in what it needs first. */
+/* warm: about to read the whole file of st (makes the record that
+** keel__br_warm_wait waits on). */
 void keel__br_warming(const keel_store *st);
 /* warm, before its reads: returns when the first search of st has ended,
 ** when none has started within KEEL_BR_WARM_FIRST_MS, after at most
