@@ -28,10 +28,8 @@
 **       never unmap before close (store.c invariant 9).
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
-**   (4) Warm starts its reads when the first search has ended (or none
-**       began within a short while: pagein.h keel__br_warm_wait): that
-**       search brings in its own pages first, which would otherwise wait
-**       behind the whole file's; a warm-up that read everything marks the whole file known resident
+**   (4) While warm reads, searches leave the reading to it (batch_reads.h);
+**       a warm-up that read everything marks the whole file known resident
 **       in the batch-read record, so searches stop calling that module for
 **       good; stopping drops the record, since every caller of
 **       keel__warm_stop is about to close or swap the store with no search
@@ -136,7 +134,6 @@ warm_main(void *arg)
      * Vectors with huge-page advice skip it: its reads fill the page cache
      * with small pages, while the faults' own reads bring whole 2 MiB
      * pieces the system can map with one huge page each. */
-    keel__br_warm_wait(w->st, &w->stop); /* the first search first */
     if (advise_all(w, KEEL_ADV_WILLNEED) &&
         advise_all(w, KEEL_ADV_POPULATE_READ))
         keel__br_warmed(w->st, &w->view); /* rule (4) */
@@ -192,7 +189,6 @@ keel__warm_stop(keel_index *idx)
     idx->warm = NULL;
     if (w->owner == getpid()) { /* rule (3) */
         __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
-        keel__br_wake();
         pthread_join(w->tid, NULL);
     }
     if (here)

@@ -19,27 +19,22 @@
 **       huge-page code gives its own advice. The advice is a hint: it never
 **       changes what a search reads or returns.
 **   (4) reg_lock is held across fork() (atfork handlers): a child starts
-**       with it free and with a fresh reg_cond, so the new handles of a
-**       child work whatever the parent's threads were doing.
+**       with it free, so the new handles of a child work whatever the
+**       parent's threads were doing.
 */
 #include "store/pagein.h"
 
 #include <errno.h>
-#include <time.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 /* --- the residency record ------------------------------------------------ */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t reg_cond;   /* warm waiting for the first search */
-static pthread_condattr_t reg_cond_attr;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 
-/* fork(): the child gets reg_lock free and a condition variable without the
-** parent's waiters (a copied one would keep their places, and glibc's
-** broadcast would wait for them for ever), whatever the parent's threads
-** were doing (invariant 4). */
+/* fork(): the child gets reg_lock free, whatever the parent's threads were
+** doing (invariant 4). */
 static void
 reg_fork_prepare(void)
 {
@@ -53,19 +48,9 @@ reg_fork_parent(void)
 }
 
 static void
-reg_fork_child(void)
-{
-    pthread_cond_init(&reg_cond, &reg_cond_attr);
-    pthread_mutex_unlock(&reg_lock);
-}
-
-static void
 reg_init(void)
 {
-    pthread_condattr_init(&reg_cond_attr);
-    pthread_condattr_setclock(&reg_cond_attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&reg_cond, &reg_cond_attr);
-    pthread_atfork(reg_fork_prepare, reg_fork_parent, reg_fork_child);
+    pthread_atfork(reg_fork_prepare, reg_fork_parent, reg_fork_parent);
 }
 
 static void
@@ -148,6 +133,7 @@ mark(keel_br_record *rec, uint64_t off, uint64_t len)
         reg_enter();
         if (KEEL_LOAD_RELAXED(&rec->known) >= KEEL_LOAD_RELAXED(&rec->total))
             KEEL_STORE_RELEASE(&rec->all, 1);
+        KEEL_STORE_RELAXED(&rec->warming, 0); /* back to the rules */
         reg_leave();
     }
 }
@@ -312,23 +298,16 @@ fault_advice(const keel_store *st, int adv)
     }
 }
 
-/* Counts a search that asked for rec, cold or not; returns rec for a cold
-** one (which keel__br_done gives back), else NULL. The first search, and
-** every cold one, is counted under reg_lock, with warm woken: warm sees in
-** one step that a search came and whether it is still bringing pages in
-** (keel__br_warm_wait). */
+/* A cold search of rec begins: random access for its store's mappings
+** while it is the only one (invariant 3); returns rec. */
 static keel_br_record *
-asked(keel_br_record *rec, int cold)
+cold_begins(keel_br_record *rec)
 {
-    if (!cold && __atomic_load_n(&rec->asked, __ATOMIC_RELAXED))
-        return NULL; /* a load only: searches on a hot file share no write */
     reg_enter();
-    __atomic_store_n(&rec->asked, 1, __ATOMIC_RELAXED);
-    if (cold && rec->cold_active++ == 0)
+    if (rec->cold_active++ == 0)
         random_access(rec, 1);
-    pthread_cond_broadcast(&reg_cond);
     reg_leave();
-    return cold ? rec : NULL;
+    return rec;
 }
 
 /* Turns random access on or off for rec's store (under reg_lock;
@@ -368,22 +347,24 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
         return rec;
     uint64_t limit = KEEL_BR_COLD_SEARCHES;
     if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
-        return asked(rec, 0); /* the cold searches are spent */
+        return NULL; /* the cold searches are spent: nothing more to learn */
     if (KEEL_LOAD_ACQUIRE(&rec->covered) < v->limit) {
         reg_enter();
         if (rec->covered < v->limit)
             extend(rec, st, v->limit);
         reg_leave();
     }
-    if (KEEL_LOAD_ACQUIRE(&rec->all))
-        return asked(rec, 0);
+    /* While warm reads the whole file, searches leave the reading to it:
+     * their reads would queue behind warm's (doc/batch_reads.md). */
+    if (KEEL_LOAD_ACQUIRE(&rec->all) || KEEL_LOAD_RELAXED(&rec->warming))
+        return NULL;
     if (on == 1 && KEEL_LOAD_RELAXED(&rec->total) <
                        (uint64_t)KEEL_BR_SMALL_FACTOR * ef)
-        return asked(rec, 0);
-    if (__atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit &&
-        limit)
-        return asked(rec, 0);
-    return asked(rec, 1);
+        return NULL;
+    if (limit &&
+        __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)
+        return NULL;
+    return cold_begins(rec);
 }
 
 void
@@ -392,65 +373,8 @@ keel__br_done(keel_br_record *rec)
     if (rec->st->remote)
         return;
     reg_enter();
-    if (--rec->cold_active == 0) {
+    if (--rec->cold_active == 0)
         random_access(rec, 0);
-        pthread_cond_broadcast(&reg_cond);
-    }
-    reg_leave();
-}
-
-void
-keel__br_wake(void)
-{
-    reg_enter();
-    pthread_cond_broadcast(&reg_cond);
-    reg_leave();
-}
-
-static struct timespec
-ms_after(const struct timespec *t, uint32_t ms)
-{
-    struct timespec r = *t;
-    r.tv_sec += ms / 1000;
-    r.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (r.tv_nsec >= 1000000000L) {
-        r.tv_sec++;
-        r.tv_nsec -= 1000000000L;
-    }
-    return r;
-}
-
-static uint32_t warm_first_ms = KEEL_BR_WARM_FIRST_MS; /* atomic */
-
-void
-keel__br_set_warm_first_ms(uint32_t ms)
-{
-    __atomic_store_n(&warm_first_ms, ms, __ATOMIC_RELAXED);
-}
-
-void
-keel__br_warm_wait(const keel_store *st, const int *stop)
-{
-    if (st->remote || !keel__br_enabled())
-        return;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct timespec first =
-        ms_after(&t0, __atomic_load_n(&warm_first_ms, __ATOMIC_RELAXED));
-    struct timespec last = ms_after(&t0, KEEL_BR_WARM_WAIT_MS);
-    reg_enter();
-    keel_br_record *rec = find(st, 0);
-    while (rec && !__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
-        const struct timespec *until;
-        if (rec->cold_active)
-            until = &last; /* a cold search runs: until it ends */
-        else if (!__atomic_load_n(&rec->asked, __ATOMIC_RELAXED))
-            until = &first; /* none yet: a short while for the first */
-        else
-            break; /* the first search has ended, or was not cold */
-        if (pthread_cond_timedwait(&reg_cond, &reg_lock, until) == ETIMEDOUT)
-            break;
-    }
     reg_leave();
 }
 
@@ -466,7 +390,9 @@ void
 keel__br_warming(const keel_store *st)
 {
     reg_enter();
-    find(st, 1); /* the record warm waits on (keel__br_warm_wait) */
+    keel_br_record *rec = find(st, 1);
+    if (rec)
+        KEEL_STORE_RELAXED(&rec->warming, 1);
     reg_leave();
 }
 

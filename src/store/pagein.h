@@ -8,16 +8,14 @@
 ** sample, once per file and per new stretch of slots), then as granules
 ** are brought in,
 ** and all at once when warm has read everything. Ranges whose granules are
-** all known never reach the policy; a file known resident, and every search
-** after the first of an opened file (KEEL_BR_COLD_SEARCHES), never call
-** this module at all.
+** all known never reach the policy; a file known resident, a file warm is
+** reading, and every search after the first of an opened file
+** (KEEL_BR_COLD_SEARCHES) never call this module at all.
 **
 ** While a search brings its own pages in (a cold search), the index's
 ** mappings have random-access advice, so the faults it still takes read
 ** their page alone instead of read_ahead_kb around it; the last cold
-** search to end gives the mappings back their normal advice. And warm lets
-** the first search go first: it starts its reads when that search has
-** ended (keel__br_warm_wait).
+** search to end gives the mappings back their normal advice.
 */
 #ifndef KEEL_PAGEIN_H
 #define KEEL_PAGEIN_H
@@ -35,16 +33,6 @@
 #define KEEL_BR_COLD_SEARCHES 1u
 #endif
 
-/* How long warm waits for the first search to start, and at most for it to
-** end, before it starts its own reads (keel__br_warm_wait). Warm's advice
-** queues the whole file on the device at once, and a first search's reads
-** then wait behind it: measured on GloVe-340k evicted (205 MB, ef 64),
-** the 1st result came at 122-136 ms with warm starting at once, 21-22 ms
-** with warm starting after the first search, and the 10th, 100th and
-** 1,000th no later (doc/batch_reads.md). */
-#define KEEL_BR_WARM_FIRST_MS 30u
-#define KEEL_BR_WARM_WAIT_MS 200u
-
 #define KEEL_BR_LEAF_LOG2 14u   /* granules per leaf: 1 GiB of file */
 #define KEEL_BR_LEAVES 4096u     /* 4 TiB */
 
@@ -58,7 +46,7 @@ typedef struct keel_br_record {
     uint64_t known;            /* of those, known resident (atomic) */
     int all;                   /* atomic: known == total */
     uint64_t searches;         /* searches that used the record (atomic) */
-    int asked;                 /* atomic: a search asked for it */
+    int warming;               /* atomic: warm is reading the whole file */
     uint32_t cold_active;      /* cold searches running (under reg_lock) */
     int random_on;             /* the mappings have random-access advice
                                 * (under reg_lock) */
@@ -85,8 +73,8 @@ typedef struct keel_br_cache {
 
 /* The record of st brought up to view v (created on first use, remembered
 ** in c); NULL when the module is off, when every granule a search may ask
-** for is known resident, after the first KEEL_BR_COLD_SEARCHES searches,
-** for a file too small to gain (above;
+** for is known resident, while warm reads the file, after the first
+** KEEL_BR_COLD_SEARCHES searches, for a file too small to gain (above;
 ** ef: the search's), or when out of memory (the search then
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
@@ -143,17 +131,10 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                    keel_br_scratch *s);
 
-/* warm: about to read the whole file of st (makes the record that
-** keel__br_warm_wait waits on). */
+/* warm: started reading the whole file of st; searches leave the reading
+** to it (their advice would only queue behind warm's: measured,
+** doc/batch_reads.md). */
 void keel__br_warming(const keel_store *st);
-/* warm, before its reads: returns when the first search of st has ended,
-** when none has started within KEEL_BR_WARM_FIRST_MS, after at most
-** KEEL_BR_WARM_WAIT_MS, or when *stop is set (keel__br_wake wakes it). A
-** published index's warm never waits. */
-void keel__br_warm_wait(const keel_store *st, const int *stop);
-void keel__br_wake(void);
-/* Tests: how long warm waits for a first search (KEEL_BR_WARM_FIRST_MS). */
-void keel__br_set_warm_first_ms(uint32_t ms);
 /* Ranges of st now have their own access advice (huge pages): cold
 ** searches leave the mappings' advice alone from now on. */
 void keel__br_own_advice(keel_store *st);
