@@ -464,6 +464,24 @@ def section_hot(w, meta):
     w("")
 
 
+def never_slower(runs, base, points, fmt):
+    """The cells "measured | met" of a target that the cold runs `runs` are
+    never slower than `base` at the given (field, name) points."""
+    parts, ok, overlap = [], True, True
+    for f, n in points:
+        xa = [r[f] for r in runs if r[f] >= 0]
+        xb = [r[f] for r in base if r[f] >= 0]
+        if not xa or not xb:
+            continue
+        parts.append(fmt % (n, med(xa), med(xb)))
+        if med(xa) > med(xb):
+            ok = False
+            overlap = overlap and min(xa) <= max(xb)
+    return "%s | %s" % ("; ".join(parts), "yes" if ok else
+                        "no, within noise (ranges overlap)" if overlap
+                        else "no")
+
+
 def batch_reads_targets(w, s, cg, hot):
     """The batch-read targets (doc/batch_reads.md) for data set s."""
     on, off = cg.get((s, "keel")), cg.get((s, "keel, batch reads off"))
@@ -480,23 +498,12 @@ def batch_reads_targets(w, s, cg, hot):
     wn, wf = cg.get((s, "keel + warm")), cg.get((s, "keel + warm, batch "
                                                      "reads off"))
     if wn and wf:
-        parts, ok, overlap = [], True, True
-        for f, n in (("q1_ms", "1st"), ("q10_ms", "10th"),
-                     ("q100_ms", "100th"), ("q1000_ms", "1,000th")):
-            xa = [r[f] for r in wn if r[f] >= 0]
-            xb = [r[f] for r in wf if r[f] >= 0]
-            if not xa or not xb:
-                continue
-            a, b = med(xa), med(xb)
-            parts.append("%s %.1f vs %.1f" % (n, a, b))
-            if a > b:
-                ok = False
-                overlap = overlap and min(xa) <= max(xb)
         w("| cold: warm with batch reads never slower than warm without "
-          "(ms, medians) | %s | %s | %s |" % (
-              SET_NAMES.get(s, s), "; ".join(parts),
-              "yes" if ok else "no, within noise (ranges overlap)"
-              if overlap else "no"))
+          "(ms, medians) | %s | %s |" % (
+              SET_NAMES.get(s, s), never_slower(
+                  wn, wf, (("q1_ms", "1st"), ("q10_ms", "10th"),
+                           ("q100_ms", "100th"), ("q1000_ms", "1,000th")),
+                  "%s %.1f vs %.1f")))
     hs = [r for r in hot if r["label"].partition("/")[0] == s]
     hon = [r["qps"] for r in hs if r["engine"] == "keel"]
     hoff = [r["qps"] for r in hs if r["engine"] == "keel-off"]
@@ -579,23 +586,12 @@ def section_targets(w, curves, builds, colds, hot=()):
                   variant, SET_NAMES.get(s, s), k100, h1,
                   "yes" if k100 < h1 else "no"))
         if (s, "keel + warm") in cg:
-            warm = cg[(s, "keel + warm")]
-            parts, ok, overlap = [], True, True
-            for f, n in (("q1_ms", "1st"), ("q100_ms", "100th"),
-                         ("q1000_ms", "1,000th")):
-                wa = [r[f] for r in warm if r[f] >= 0]
-                na = [r[f] for r in rs if r[f] >= 0]
-                if not wa or not na:
-                    continue
-                parts.append("%s %.0f vs %.0f ms" % (n, med(wa), med(na)))
-                if med(wa) > med(na):
-                    ok = False
-                    overlap = overlap and min(wa) <= max(na)
             w("| cold: warm never slower than not warming (medians, warm "
-              "first) | %s | %s | %s |" % (
-                  SET_NAMES.get(s, s), "; ".join(parts),
-                  "yes" if ok else "no, within noise (ranges overlap)"
-                  if overlap else "no"))
+              "first) | %s | %s |" % (
+                  SET_NAMES.get(s, s), never_slower(
+                      cg[(s, "keel + warm")], rs,
+                      (("q1_ms", "1st"), ("q100_ms", "100th"),
+                       ("q1000_ms", "1,000th")), "%s %.0f vs %.0f ms")))
     w("")
 
 

@@ -134,29 +134,60 @@ writer_main(void *arg)
     return NULL;
 }
 
+/* Opens a reader of rpath with flags, runs `searches` searches and closes
+** it; counts a failure in reader_failures. 0, or -1 if it did not open. */
+static int
+open_search_close(unsigned flags, uint64_t seed, int searches)
+{
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = flags;
+    keel_index *r;
+    if (keel_open_reader(rpath, &o, &r) != KEEL_OK) {
+        __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    for (int i = 0; i < searches; i++) {
+        td_vec_of(seed + (uint64_t)i, RDIM, q);
+        if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+    }
+    keel_close(r);
+    return 0;
+}
+
 static void *
 reader_main(void *arg)
 {
     uint64_t seed = (uintptr_t)arg;
-    float q[RDIM];
-    keel_result res[10];
-    size_t n;
     for (int round = 0; round < 20 || !__atomic_load_n(&writer_done,
                                                         __ATOMIC_ACQUIRE);
-         round++) {
-        keel_index *r;
-        if (keel_open_reader(rpath, NULL, &r) != KEEL_OK) {
-            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-            return NULL;
-        }
-        for (int i = 0; i < 3; i++) {
-            td_vec_of(seed * 1000 + (uint64_t)round * 3 + (uint64_t)i, RDIM, q);
-            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
-                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-        }
-        keel_close(r);
-    }
+         round++)
+        if (open_search_close(0, seed * 1000 + (uint64_t)round * 3, 3))
+            break;
     return NULL;
+}
+
+/* A file of 2,000 vectors at rpath, flushed; the writer stays open. */
+static keel_index *
+reader_file(void)
+{
+    keel_index *w;
+    if (keel_open(rpath, RDIM, NULL, &w) != KEEL_OK)
+        return NULL;
+    float *v = malloc(2000 * RDIM * sizeof *v);
+    for (uint64_t i = 0; i < 2000; i++)
+        td_vec_of(i, RDIM, v + i * RDIM);
+    int rc = v ? keel_add_batch(w, v, 2000, NULL, NULL) : KEEL_ENOMEM;
+    free(v);
+    if (rc || keel_flush(w)) {
+        keel_close(w);
+        return NULL;
+    }
+    return w;
 }
 
 TEST(cold_readers_beside_a_writer)
@@ -168,14 +199,8 @@ TEST(cold_readers_beside_a_writer)
     keel__os = &cold_os;
     keel__br_set_enabled(2); /* every file, however small */
     rpath = test_path("cold.keel");
-    keel_index *w;
-    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
-    float *v = malloc(2000 * RDIM * sizeof *v);
-    for (uint64_t i = 0; i < 2000; i++)
-        td_vec_of(i, RDIM, v + i * RDIM);
-    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
-    CHECK_OK(keel_flush(w));
-    free(v);
+    keel_index *w = reader_file();
+    CHECK(w != NULL);
     pthread_t wt, rt[4];
     CHECK(pthread_create(&wt, NULL, writer_main, w) == 0);
     for (uintptr_t i = 0; i < 4; i++)
@@ -213,25 +238,9 @@ static void *
 warm_reader_main(void *arg)
 {
     uint64_t seed = (uintptr_t)arg;
-    keel_options o;
-    memset(&o, 0, sizeof o);
-    o.flags = KEEL_WARM;
-    float q[RDIM];
-    keel_result res[10];
-    size_t n;
-    for (int round = 0; round < 10; round++) {
-        keel_index *r;
-        if (keel_open_reader(rpath, &o, &r) != KEEL_OK) {
-            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-            return NULL;
-        }
-        for (int i = 0; i < round % 3; i++) { /* round 0: close at once */
-            td_vec_of(seed * 100 + (uint64_t)i, RDIM, q);
-            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
-                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-        }
-        keel_close(r);
-    }
+    for (int round = 0; round < 10; round++) /* round 0: close at once */
+        if (open_search_close(KEEL_WARM, seed * 100, round % 3))
+            break;
     return NULL;
 }
 
@@ -245,14 +254,8 @@ TEST(while_warm_reads_searches_leave_the_reading_to_it)
     keel__br_set_enabled(2);
     main_thread = pthread_self();
     rpath = test_path("warm.keel");
-    keel_index *w;
-    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
-    float *v = malloc(2000 * RDIM * sizeof *v);
-    for (uint64_t i = 0; i < 2000; i++)
-        td_vec_of(i, RDIM, v + i * RDIM);
-    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
-    CHECK_OK(keel_flush(w));
-    free(v);
+    keel_index *w = reader_file();
+    CHECK(w != NULL);
     CHECK_OK(keel_close(w));
     keel_options o;
     memset(&o, 0, sizeof o);
