@@ -189,7 +189,7 @@ fault_main(void *arg)
             if (off != UINT64_MAX && g < c->ngran &&
                 !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
                 int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
-                                                          1, buf, 1)
+                                                          1, buf, 1, NULL)
                                      : KEEL_ENOMEM;
                 if (rc == KEEL_OK)
                     rc = keel__cache_install(c, g, buf);
@@ -241,7 +241,8 @@ fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n)
     uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
     *n = (size_t)KEEL_MIN(m->npages, (uint64_t)KEEL_CACHE_PINNED);
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n)
+    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n,
+                                        NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
     return rc;

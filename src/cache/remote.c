@@ -184,15 +184,15 @@ typedef struct miss {
 
 int
 keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
-                   uint8_t *bufs, uint32_t inflight)
+                   uint8_t *bufs, uint32_t inflight, keel_stop *stop)
 {
-    return keel__remote_fetch_of(c, &c->man, s3, g, n, bufs, inflight);
+    return keel__remote_fetch_of(c, &c->man, s3, g, n, bufs, inflight, stop);
 }
 
 int
 keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
                       const uint64_t *g, size_t n, uint8_t *bufs,
-                      uint32_t inflight)
+                      uint32_t inflight, keel_stop *stop)
 {
     if (n == 0)
         return KEEL_OK;
@@ -253,11 +253,20 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
                    &inflight_max, &max, now, 1, __ATOMIC_RELAXED,
                    __ATOMIC_RELAXED))
             ;
-        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly);
+        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly,
+                                 stop);
         __atomic_sub_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
         __atomic_add_fetch(&c->n.gets, nr, __ATOMIC_RELAXED);
         for (size_t j = 0; j < nr; j++)
             __atomic_add_fetch(&c->n.get_bytes, rs[j].len, __ATOMIC_RELAXED);
+        if (rc == KEEL_ECANCELED) {
+            /* Invariant (1): cut-short answers are neither checked nor
+             * kept; the caller installs nothing. Not a failure. */
+            keel__free(ms);
+            keel__free(rs);
+            keel__free(keys);
+            return rc;
+        }
         if (rc)
             rc = keel__wrap(rc, "reading page %" PRIu64 " of %s: ",
                             g[ms[0].i], c->url);
@@ -297,6 +306,7 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
 typedef struct rsrc {
     keel_cache *c;
     keel_s3 *s3;
+    keel_stop *stop;          /* the search's; NULL: none */
     uint64_t *g;
     size_t ng, cap;
     uint32_t runs;
@@ -336,7 +346,8 @@ rsrc_wait(void *self)
     if (!s->ng)
         return 0;
     uint8_t *bufs = keel__malloc(s->ng * G);
-    int rc = bufs ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs, s->runs)
+    int rc = bufs ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs, s->runs,
+                                       s->stop)
                   : KEEL_ENOMEM;
     for (size_t i = 0; i < s->ng && rc == KEEL_OK; i++)
         rc = keel__cache_install(s->c, s->g[i], bufs + i * G);
@@ -347,12 +358,13 @@ rsrc_wait(void *self)
         return 0;
     s->failed = rc;
     snprintf(s->msg, sizeof s->msg, "%s", keel_errmsg());
-    return rc == KEEL_ENOMEM ? -ENOMEM : -EIO;
+    return rc == KEEL_ENOMEM ? -ENOMEM : rc == KEEL_ECANCELED ? -ECANCELED
+                                                             : -EIO;
 }
 
 int
 keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
-                  keel_br_scratch *sc)
+                  keel_br_scratch *sc, keel_stop *stop)
 {
     /* Only the granules not in memory go to the policy. */
     keel_br_range local[128];
@@ -388,14 +400,14 @@ keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
     }
     if (rc == KEEL_OK && nw) {
         const void **out = keel__malloc(nw * sizeof *out);
-        rsrc s = {.c = c, .s3 = keel__remote_client(c)};
+        rsrc s = {.c = c, .s3 = keel__remote_client(c), .stop = stop};
         if (!out || !s.s3) {
             rc = KEEL_ENOMEM;
         } else {
             keel_br_source src = {rsrc_read, rsrc_wait, &s};
             rc = keel__br_read(&src, NULL, want, nw, out, sc);
-            if (rc && s.failed == KEEL_EIO)
-                rc = keel__fail(KEEL_EIO, "%s", s.msg); /* the fetch's own */
+            if (rc && (s.failed == KEEL_EIO || s.failed == KEEL_ECANCELED))
+                rc = keel__fail(s.failed, "%s", s.msg); /* the fetch's own */
         }
         keel__remote_release(c, s.s3);
         keel__free(s.g);
@@ -422,5 +434,6 @@ keel__cache_bring_addr(keel_cache *c, const void *addr, size_t len,
         }
     }
     pthread_mutex_unlock(&c->mu);
-    return r.off == UINT64_MAX ? KEEL_OK : keel__cache_bring(c, &r, 1, s);
+    return r.off == UINT64_MAX ? KEEL_OK
+                               : keel__cache_bring(c, &r, 1, s, NULL);
 }
