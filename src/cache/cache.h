@@ -73,6 +73,8 @@
 #define KEEL_G_IN     1u   /* installed in the memfd */
 #define KEEL_G_REF    2u   /* used since the clock hand last passed */
 #define KEEL_G_POISON 4u   /* zeros a failed fault wrote */
+#define KEEL_G_FETCH  8u   /* claimed: a search's announced fetch of it is
+                              in flight (cache.c invariant 3) */
 
 typedef struct keel_cache_config {
     const char *url;           /* s3://BUCKET/PREFIX */
@@ -111,6 +113,7 @@ typedef struct keel_cache {
     uint64_t resident;         /* atomic */
     uint64_t hand;             /* clock hand, under mu */
     pthread_mutex_t mu;        /* regions, eviction, poison, pool, message */
+    pthread_cond_t fetched;    /* with mu: broadcast when claims end */
     keel_cache_region *regions;
     size_t nregions, regions_cap;
     uint64_t *poison;          /* poisoned granules, under mu */
