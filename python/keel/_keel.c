@@ -614,20 +614,31 @@ get_ids(PyObject *obj, const char *fn, npy_intp n)
 /* --- open and close ------------------------------------------------------ */
 
 /* _open(path, dimensions, metric, precision, max_connections,
-**       ef_construction, ef_search, threads, flags, reader) -- the Python
-** layer has checked and translated every value. */
+**       ef_construction, ef_search, threads, flags, reader,
+**       cache_dir=None, cache_bytes=0, memory_cache_bytes=0) -- the Python
+** layer has checked and translated every value (the cache fields: a reader
+** of a URL only; None and 0 leave them to the environment). */
 static PyObject *
 index_open(IndexObject *self, PyObject *args)
 {
-    PyObject *path_bytes = NULL;
+    PyObject *path_bytes = NULL, *cache_obj = Py_None, *cache_bytes_dir = NULL;
     unsigned dim, metric, precision, m, efc, efs, threads, flags;
+    unsigned long long cache_bytes = 0, memory_cache_bytes = 0;
     int reader;
-    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp:_open", PyUnicode_FSConverter,
-                          &path_bytes, &dim, &metric, &precision, &m, &efc,
-                          &efs, &threads, &flags, &reader))
+    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp|OKK:_open",
+                          PyUnicode_FSConverter, &path_bytes, &dim, &metric,
+                          &precision, &m, &efc, &efs, &threads, &flags,
+                          &reader, &cache_obj, &cache_bytes,
+                          &memory_cache_bytes))
         return NULL;
+    if (cache_obj != Py_None &&
+        !PyUnicode_FSConverter(cache_obj, &cache_bytes_dir)) {
+        Py_DECREF(path_bytes);
+        return NULL;
+    }
     if (check_reentry(self, "__init__()")) {
         Py_DECREF(path_bytes);
+        Py_XDECREF(cache_bytes_dir);
         return NULL;
     }
     /* Exclusive: no call may run while the object opens, and two opens of
@@ -638,6 +649,7 @@ index_open(IndexObject *self, PyObject *args)
     if (self->opened) {
         pthread_rwlock_unlock(&self->lock);
         Py_DECREF(path_bytes);
+        Py_XDECREF(cache_bytes_dir);
         return raise_code(KEEL_EINVAL, "this index object was opened "
                           "already; an object opens once\nhelp: create a "
                           "new object to open an index again or another "
@@ -651,6 +663,10 @@ index_open(IndexObject *self, PyObject *args)
         .ef_search = efs,
         .threads = threads,
         .flags = flags,
+        .cache_dir = cache_bytes_dir ? PyBytes_AS_STRING(cache_bytes_dir)
+                                     : NULL,
+        .cache_bytes = cache_bytes,
+        .memory_cache_bytes = memory_cache_bytes,
     };
     const char *path = PyBytes_AS_STRING(path_bytes);
     keel_index *idx = NULL;
@@ -670,6 +686,7 @@ index_open(IndexObject *self, PyObject *args)
     else
         name = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_bytes);
+    Py_XDECREF(cache_bytes_dir);
     if (!name) {
         Py_BEGIN_ALLOW_THREADS
         keel_close(idx);
@@ -1539,7 +1556,8 @@ static PyGetSetDef index_getset[] = {
 static PyMethodDef index_methods[] = {
     {"_open", (PyCFunction)index_open, METH_VARARGS,
      "_open(path, dim, metric, precision, M, ef_construction, ef_search, "
-     "threads, flags, reader): internal; use VectorIndex or IndexReader."},
+     "threads, flags, reader, cache_dir=None, cache_bytes=0, "
+     "memory_cache_bytes=0): internal; use VectorIndex or IndexReader."},
     {"close", (PyCFunction)index_close, METH_NOARGS,
      "close()\n--\n\nClose the handle; unflushed changes are lost. Calling "
      "it again does nothing."},

@@ -76,3 +76,94 @@ def test_prune_keeps_the_newest_versions(tmp_path):
             assert np.array_equal(ids_a, ids_b)
     with pytest.raises(ValueError, match="keep"):
         keel.prune(u, keep=0)
+
+
+# --- the page cache's options ------------------------------------------------
+
+def publish(tmp_path, name, n, dim, seed):
+    """A flushed writer of n random vectors (closed by the caller), its
+    vectors, and the URL it was published to."""
+    rng = np.random.default_rng(seed)
+    vecs = rng.standard_normal((n, dim)).astype(np.float32)
+    u = url(name)
+    w = keel.VectorIndex(str(tmp_path / (name + ".keel")), dim, threads=2)
+    w.add_batch(vecs)
+    w.flush()
+    w.publish(u)
+    return w, vecs, u
+
+
+def same_answers(w, r, queries, k=10):
+    for x in queries:
+        a_ids, a_d = w.search(x, k)
+        b_ids, b_d = r.search(x, k)
+        assert np.array_equal(a_ids, b_ids)
+        assert np.array_equal(a_d.view(np.uint32), b_d.view(np.uint32))
+
+
+def page_files(d):
+    """The disk cache's page files in d (named by their hash)."""
+    if not os.path.isdir(d):
+        return []
+    return [f for f in os.listdir(d)
+            if len(f) == 32 and all(c in "0123456789abcdef" for c in f)]
+
+
+def test_cache_dir_holds_the_pages_and_a_second_reader_gets_none(
+        tmp_path, monkeypatch, slow_proxy):
+    w, vecs, u = publish(tmp_path, "cachedir", 3000, 24, 11)
+    env_dir, own = tmp_path / "env-cache", tmp_path / "own-cache"
+    monkeypatch.setenv("KEEL_CACHE_DIR", str(env_dir))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    q = np.random.default_rng(12).standard_normal((20, 24)).astype(np.float32)
+    with w, keel.IndexReader(u, cache_dir=own) as r:   # a PathLike
+        same_answers(w, r, q)
+        first = slow_proxy.pack_gets()
+        assert first > 0
+        assert page_files(own)
+        assert not page_files(env_dir)    # the option wins over the variable
+        # A second reader with the same directory: every page from disk.
+        with keel.IndexReader(u, keel.IndexOptions(cache_dir=str(own))) as r2:
+            same_answers(w, r2, q)
+            assert slow_proxy.pack_gets() == first
+    assert not page_files(env_dir)
+
+
+def test_cache_bytes_bounds_the_disk_cache(tmp_path, monkeypatch):
+    w, vecs, u = publish(tmp_path, "cachebytes", 6000, 32, 13)
+    d = tmp_path / "small-cache"
+    monkeypatch.setenv("KEEL_CACHE_BYTES", "10G")
+    page = 1 << 16
+    q = np.random.default_rng(14).standard_normal((30, 32)).astype(np.float32)
+    with w, keel.IndexReader(u, cache_dir=str(d), cache_bytes=4 * page) as r:
+        same_answers(w, r, q)
+        files = page_files(d)
+        assert 0 < len(files) <= 4
+        assert sum(os.path.getsize(d / f) for f in files) <= 4 * page
+        assert w.stats()["file_bytes"] > 8 * page
+
+
+def test_a_small_memory_cache_gives_the_same_answers(tmp_path, monkeypatch):
+    w, vecs, u = publish(tmp_path, "smallmem", 48000, 64, 15)
+    monkeypatch.setenv("KEEL_MEMORY_CACHE_BYTES", "1G")
+    least = 8 << 20                       # memory_cache_bytes is raised to it
+    # Few queries: under a bound this far below the index each one
+    # fetches much of it again (about 0.7 s here).
+    q = np.random.default_rng(16).standard_normal((5, 64)).astype(np.float32)
+    every = w.ids()
+    assert every.size * 64 * 4 > least + (2 << 20)   # the vectors alone
+    with w:
+        # With the variable's 1 GiB, reading every vector keeps them all.
+        with keel.IndexReader(u) as big:
+            assert np.array_equal(big.get(every), w.get(every))
+            assert big.stats()["allocated_bytes"] > least + (2 << 20)
+        opts = keel.IndexOptions(memory_cache_bytes=1 << 20)
+        with keel.IndexReader(u, opts) as r:
+            assert r.options.memory_cache_bytes == 1 << 20
+            assert np.array_equal(r.get(every), w.get(every))
+            same_answers(w, r, q)
+            ids, dists = r.search_batch(q, 10)
+            for i, x in enumerate(q):
+                assert np.array_equal(ids[i], w.search(x, 10)[0])
+            # The option, not the variable: the image stays within it.
+            assert r.stats()["allocated_bytes"] <= least + (1 << 20)
