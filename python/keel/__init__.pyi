@@ -127,7 +127,8 @@ class VectorIndex:
                  tb: Optional[TracebackType]) -> None: ...
 
 class IndexReader(VectorIndex):
-    # path may be "s3://BUCKET/PREFIX".
+    # path may be "s3://BUCKET/PREFIX"; its search and search_batch stop
+    # with KeyboardInterrupt on Ctrl-C while they wait for the store.
     def __init__(self, path: _Path,
                  options: Union[None, IndexOptions, Mapping[str, Any]] = ...,
                  **options: Any) -> None: ...

@@ -267,7 +267,9 @@ class IndexReader(VectorIndex):
     (cache_dir, default KEEL_CACHE_DIR, else none; its size limit
     cache_bytes, default KEEL_CACHE_BYTES, else 10 GiB). Those three
     options apply only to a URL: set for a file, they raise
-    InvalidArgumentError.
+    InvalidArgumentError. Ctrl-C stops a search or search_batch of a URL
+    while it waits for the object store (KeyboardInterrupt within about
+    0.05 s plus one request in flight); the reader stays usable.
     """
 
     def __init__(self, path, options=None, **kwargs):

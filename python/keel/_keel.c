@@ -22,10 +22,12 @@
 ** call holds the lock. The lock is always taken without holding the GIL, or
 ** with trylock, so it cannot deadlock against the GIL.
 **
-** Signals: long calls (add_batch, compact) ask the Python signal handlers
-** through keel_set_cancel about twenty times a second; a handler that
-** raises (Ctrl-C's KeyboardInterrupt) stops the call, which changes nothing,
-** and the exception is raised when it returns. Such a handler runs on the
+** Signals: long calls (add_batch, compact, and search and search_batch on
+** a reader of an s3:// URL while they wait for the object store) ask the
+** Python signal handlers through keel_set_cancel about twenty times a
+** second; a handler that raises (Ctrl-C's KeyboardInterrupt) stops the
+** call, which changes nothing, and the exception is raised when it
+** returns. Such a handler runs on the
 ** thread that holds keel's write_lock and the object's lock, so it must not
 ** use that object (keel.h: the callback must not call keel on the handle):
 ** each thread keeps a list of the objects it is inside a callback-running
@@ -229,6 +231,8 @@ typedef struct {
     int opened;                 /* set once, by the first successful open */
     uint32_t dim;
     int reader;
+    int remote;                 /* a reader of an s3:// URL: its searches
+                                   run the signal handlers (cancel_check) */
     int metric, precision;
     PyObject *path;             /* str, or None */
     PyObject *weakrefs;
@@ -669,6 +673,9 @@ index_open(IndexObject *self, PyObject *args)
         .memory_cache_bytes = memory_cache_bytes,
     };
     const char *path = PyBytes_AS_STRING(path_bytes);
+    /* A reader of a published index asks the handlers too, while a search
+     * waits for the object store (keel_set_cancel). */
+    int remote = reader && strncmp(path, "s3://", 5) == 0;
     keel_index *idx = NULL;
     keel_stats st;
     int rc;
@@ -677,7 +684,7 @@ index_open(IndexObject *self, PyObject *args)
                 : keel_open(path, dim, &o, &idx);
     if (!rc)
         rc = keel_stat(idx, &st);
-    if (!rc && !reader)
+    if (!rc && (!reader || remote))
         rc = keel_set_cancel(idx, cancel_check, NULL);
     Py_END_ALLOW_THREADS
     PyObject *name = NULL;
@@ -700,6 +707,7 @@ index_open(IndexObject *self, PyObject *args)
     self->generation = fork_generation;
     self->dim = st.dim;
     self->reader = reader;
+    self->remote = remote;
     self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
     self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
     pthread_rwlock_unlock(&self->lock);
@@ -1160,9 +1168,14 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
     int rc;
+    struct busy b;
+    if (self->remote)
+        busy_push(&b, self, "search");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search(self->idx, qp, s.k, &s.p, out, &n);
     Py_END_ALLOW_THREADS
+    if (self->remote)
+        busy_pop(&b);
     leave(self);
     if (rc) {
         raise_keel(rc, 0);
@@ -1214,9 +1227,14 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         goto done;
     const float *qp = PyArray_DATA(q);
     int rc;
+    struct busy b;
+    if (self->remote)
+        busy_push(&b, self, "search_batch");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search_batch(self->idx, qp, (size_t)nq, s.k, &s.p, out, got);
     Py_END_ALLOW_THREADS
+    if (self->remote)
+        busy_pop(&b);
     leave(self);
     if (rc) {
         raise_keel(rc, 0);
@@ -1545,7 +1563,8 @@ static PyGetSetDef index_getset[] = {
     {"closed", (getter)get_closed, NULL, "True once closed.", NULL},
     {"_inherited", (getter)get_inherited, NULL, "True in a child process "
      "for a handle opened before fork() (it may only be closed).", NULL},
-    {"_busy", (getter)get_busy, NULL, "The call ('add_batch', 'compact') "
+    {"_busy", (getter)get_busy, NULL, "The call ('add_batch', 'compact', "
+     "a URL reader's 'search' or 'search_batch') "
      "this thread is inside on the index, running a signal handler; None "
      "when it is in none.", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -6,6 +6,9 @@ tests are skipped.
 """
 
 import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,3 +170,97 @@ def test_a_small_memory_cache_gives_the_same_answers(tmp_path, monkeypatch):
                 assert np.array_equal(ids[i], w.search(x, 10)[0])
             # The option, not the variable: the image stays within it.
             assert r.stats()["allocated_bytes"] <= least + (1 << 20)
+
+
+# --- Ctrl-C during a slow cold search ------------------------------------------
+
+def interrupt_after(seconds, sent):
+    """SIGINT to this (the main) thread after seconds; the time it went
+    into sent[0]."""
+    main = threading.get_ident()
+
+    def send():
+        time.sleep(seconds)
+        sent.append(time.monotonic())
+        signal.pthread_kill(main, signal.SIGINT)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def sigint_raises():
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+DELAY = 0.3          # seconds the proxy holds each request
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_ctrl_c_stops_a_slow_cold_search(tmp_path, monkeypatch, slow_proxy,
+                                         sigint_raises, batch):
+    w, vecs, u = publish(tmp_path, "ctrlc%d" % batch, 20000, 32, 17)
+    q = np.random.default_rng(18).standard_normal((64, 32)).astype(np.float32)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    with w, keel.IndexReader(u, threads=2) as r:
+        slow_proxy.delay = DELAY
+        sent = []
+        sender = interrupt_after(0.7, sent)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                if batch:
+                    r.search_batch(q, 10)
+                else:
+                    r.search(q[0], 10)
+            done = time.monotonic()
+            sender.join()
+        except KeyboardInterrupt:                 # pragma: no cover
+            pytest.fail("SIGINT arrived outside the search")
+        late = done - sent[0]
+        print("search%s: KeyboardInterrupt %.0f ms after SIGINT (%.0f ms "
+              "in all)" % ("_batch" if batch else "", late * 1000,
+                          (done - t0) * 1000))
+        # One poll slice (0.05 s) plus one request in flight, and room.
+        assert late < 0.05 + DELAY + 0.35, late
+        # The reader goes on: right answers, at full speed again.
+        slow_proxy.delay = 0
+        same_answers(w, r, q[:20])
+        ids, dists = r.search_batch(q, 10)
+        for i in range(0, 64, 7):
+            a_ids, a_d = w.search(q[i], 10)
+            assert np.array_equal(ids[i], a_ids)
+            assert np.array_equal(dists[i], a_d)
+        r.check()
+
+
+def test_a_handler_cannot_use_the_reader_its_search_holds(
+        tmp_path, monkeypatch, slow_proxy):
+    w, vecs, u = publish(tmp_path, "handler", 20000, 32, 19)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    seen = []
+    with w, keel.IndexReader(u) as r:
+
+        def handler(signum, frame):
+            seen.append(r._busy)
+            with pytest.raises(RuntimeError, match="inside its search()"):
+                len(r)
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGINT, handler)
+        try:
+            slow_proxy.delay = DELAY
+            sent = []
+            sender = interrupt_after(0.5, sent)
+            with pytest.raises(KeyboardInterrupt):
+                r.search(vecs[3], 10)
+            sender.join()
+        finally:
+            signal.signal(signal.SIGINT, old)
+        slow_proxy.delay = 0
+        assert seen == ["search"]
+        assert r._busy is None
+        assert r.search(vecs[3], 1)[0][0] == 3
