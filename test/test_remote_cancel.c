@@ -1,9 +1,9 @@
 /* test_remote_cancel.c -- cancelling a search of a published index while it
 ** waits for the object store (keel_set_cancel on a reader of an s3:// URL).
 **
-** A slow store is a real one behind a small forwarding proxy of this file
-** (slowproxy below) that holds every request for delay_ms before passing
-** it on, as a distant server would. A search cancelled while it waits must
+** A slow store is a real one behind the tests' proxy (lib/s3proxy.h) with
+** delay_ms set: every request is held that long before it is passed on,
+** as a distant server would. A search cancelled while it waits must
 ** return KEEL_ECANCELED within about one poll slice (KEEL_STOP_ASK_MS) plus
 ** one GET in flight (a fault being served cannot be interrupted), give back
 ** every run it took from the process-wide allowance, leave no page of its
@@ -12,6 +12,7 @@
 ** without KEEL_TEST_BUCKET the tests that need the server say so and pass.
 */
 #include "test.h"
+#include "lib/s3proxy.h"
 #include "lib/testdata.h"
 
 #include "base/internal.h"
@@ -19,10 +20,6 @@
 #include "cache/cache.h"
 #include "io/batch_reads.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <xxhash.h>
 
 #define DIM 32
@@ -44,175 +41,33 @@ bucket(void)
             TEST_SKIP("no object store: make test-objstore starts one");    \
     } while (0)
 
-/* --- slowproxy: forwards bytes both ways, holding each request ----------- */
+/* --- the proxy ------------------------------------------------------------ */
 
-/* Enough for a reader's requests: GETs and HEADs, whose requests are heads
-** without bodies, so a request ends at its blank line and the next byte
-** from the client starts the next one. Every connection has its own
-** thread: requests on several connections are held at the same time. */
-typedef struct slowproxy {
-    int lfd;
-    struct sockaddr_in up;    /* the server */
-    char url[64];             /* http://127.0.0.1:PORT */
-    unsigned delay_ms;        /* atomic */
-    int stop;                 /* atomic */
-    int conns;                /* atomic: connection threads alive */
-    uint64_t requests;        /* atomic: request heads seen */
-    pthread_t acceptor;
-} slowproxy;
-
-typedef struct pconn {
-    slowproxy *p;
-    int cfd;
-} pconn;
-
-static int
-send_all(int fd, const char *b, size_t n)
+/* A proxy (lib/s3proxy.h) in front of the gateway; AWS_ENDPOINT_URL is set to
+** it until slow_stop puts the saved value back. NULL on failure. */
+static s3proxy *
+slow_start(char *saved, size_t cap)
 {
-    while (n) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Sleeps ms in steps, returning early when the proxy stops. */
-static void
-hold(slowproxy *p, unsigned ms)
-{
-    for (unsigned t = 0; t < ms && !__atomic_load_n(&p->stop, __ATOMIC_RELAXED);
-         t += 10) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static void *
-pconn_main(void *arg)
-{
-    pconn *pc = arg;
-    slowproxy *p = pc->p;
-    int cfd = pc->cfd, ufd = socket(AF_INET, SOCK_STREAM, 0);
-    free(pc);
-    int at_start = 1;         /* the next client byte starts a request */
-    uint32_t tail = 0;        /* the last four bytes seen from the client */
-    if (ufd >= 0 && connect(ufd, (struct sockaddr *)&p->up, sizeof p->up) == 0) {
-        char buf[65536];
-        while (!__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) {
-            struct pollfd fds[2] = {{cfd, POLLIN, 0}, {ufd, POLLIN, 0}};
-            if (poll(fds, 2, 50) <= 0)
-                continue;
-            if (fds[1].revents) {
-                ssize_t n = recv(ufd, buf, sizeof buf, 0);
-                if (n <= 0 || send_all(cfd, buf, (size_t)n))
-                    break;
-            }
-            if (fds[0].revents) {
-                ssize_t n = recv(cfd, buf, sizeof buf, 0);
-                if (n <= 0)
-                    break;
-                size_t from = 0;
-                for (size_t i = 0; i < (size_t)n; i++) {
-                    if (at_start) {
-                        /* Pass what came before, then hold the request. */
-                        if (send_all(ufd, buf + from, i - from))
-                            goto done;
-                        from = i;
-                        at_start = 0;
-                        __atomic_add_fetch(&p->requests, 1, __ATOMIC_RELAXED);
-                        hold(p, __atomic_load_n(&p->delay_ms,
-                                                __ATOMIC_RELAXED));
-                    }
-                    tail = tail << 8 | (uint8_t)buf[i];
-                    if (tail == 0x0d0a0d0a) /* "\r\n\r\n": the head ends */
-                        at_start = 1;
-                }
-                if (send_all(ufd, buf + from, (size_t)n - from))
-                    break;
-            }
-        }
-    }
-done:
-    close(cfd);
-    if (ufd >= 0)
-        close(ufd);
-    __atomic_sub_fetch(&p->conns, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-static void *
-accept_main(void *arg)
-{
-    slowproxy *p = arg;
-    while (!__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) {
-        struct pollfd f = {p->lfd, POLLIN, 0};
-        if (poll(&f, 1, 50) <= 0)
-            continue;
-        int cfd = accept(p->lfd, NULL, NULL);
-        if (cfd < 0)
-            continue;
-        pconn *pc = malloc(sizeof *pc);
-        pthread_t t;
-        __atomic_add_fetch(&p->conns, 1, __ATOMIC_RELAXED);
-        if (pc) {
-            *pc = (pconn){p, cfd};
-            if (pthread_create(&t, NULL, pconn_main, pc) == 0) {
-                pthread_detach(t);
-                continue;
-            }
-            free(pc);
-        }
-        close(cfd);
-        __atomic_sub_fetch(&p->conns, 1, __ATOMIC_RELAXED);
-    }
-    return NULL;
-}
-
-/* A proxy to upstream ("http://HOST:PORT", HOST in digits), or NULL. */
-static slowproxy *
-slowproxy_start(const char *upstream)
-{
-    char host[64];
-    unsigned port;
-    if (!upstream || sscanf(upstream, "http://%63[0-9.]:%u", host, &port) != 2)
-        return NULL;
-    slowproxy *p = calloc(1, sizeof *p);
-    p->up.sin_family = AF_INET;
-    p->up.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, host, &p->up.sin_addr);
-    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof a) ||
-        listen(p->lfd, 64) || getsockname(p->lfd, (struct sockaddr *)&a, &len) ||
-        pthread_create(&p->acceptor, NULL, accept_main, p)) {
-        if (p->lfd >= 0)
-            close(p->lfd);
-        free(p);
+    const char *ep = getenv("AWS_ENDPOINT_URL");
+    snprintf(saved, cap, "%s", ep ? ep : "");
+    s3proxy *px = NULL;
+    char err[256];
+    if (s3proxy_start(saved, &px, err, sizeof err) != 0) {
+        fprintf(stderr, "  s3proxy: %s\n", err);
         return NULL;
     }
-    snprintf(p->url, sizeof p->url, "http://127.0.0.1:%u",
-             (unsigned)ntohs(a.sin_port));
-    return p;
+    setenv("AWS_ENDPOINT_URL", s3proxy_url(px), 1);
+    return px;
 }
 
 static void
-slowproxy_stop(slowproxy *p)
+slow_stop(s3proxy *px, const char *saved)
 {
-    if (!p)
-        return;
-    __atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
-    pthread_join(p->acceptor, NULL);
-    close(p->lfd);
-    while (__atomic_load_n(&p->conns, __ATOMIC_ACQUIRE) > 0) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    free(p);
+    setenv("AWS_ENDPOINT_URL", saved, 1);
+    s3proxy_counters n = {0};
+    s3proxy_stop(px, &n);
+    printf("     the proxy saw %llu requests\n",
+           (unsigned long long)n.requests);
 }
 
 /* --- fixtures ---------------------------------------------------------- */
@@ -347,15 +202,15 @@ resident_pages_check(keel_index *r)
 ** with batch); then the same handle, uncancelled, against the file.
 ** in_a_row: how many faults the search may meet between two polls. */
 static void
-cancel_round(slowproxy *px, const char *url, keel_index *w, const float *q,
+cancel_round(s3proxy *px, const char *url, keel_index *w, const float *q,
              unsigned after_ms, int batch, const keel_search_params *p,
              unsigned in_a_row)
 {
     keel_options o = {.threads = 2};
     keel_index *r;
-    __atomic_store_n(&px->delay_ms, 0, __ATOMIC_RELAXED);
+    s3proxy_set_delay_ms(px, 0);
     CHECK_OK(keel_open_reader(url, &o, &r));
-    __atomic_store_n(&px->delay_ms, DELAY_MS, __ATOMIC_RELAXED);
+    s3proxy_set_delay_ms(px, DELAY_MS);
     asker a;
     asker_arm(&a, after_ms);
     CHECK_OK(keel_set_cancel(r, ask, &a));
@@ -399,7 +254,7 @@ cancel_round(slowproxy *px, const char *url, keel_index *w, const float *q,
     CHECK(resident_pages_check(r) >= (long)KEEL_CACHE_PINNED);
     /* The same handle goes on: uncancelled, at full speed, like the file. */
     CHECK_OK(keel_set_cancel(r, NULL, NULL));
-    __atomic_store_n(&px->delay_ms, 0, __ATOMIC_RELAXED);
+    s3proxy_set_delay_ms(px, 0);
     CHECK(same_results(w, r, q, NQ, p));
     if (batch) {
         CHECK_OK(keel_search_batch(r, q, 64, K, p, res, got));
@@ -426,12 +281,9 @@ TEST(a_cancel_stops_a_slow_cold_search_and_the_handle_goes_on)
              (int)getpid());
     keel_index *w = build(test_path("one.keel"), url);
     CHECK(w != NULL);
-    const char *ep = getenv("AWS_ENDPOINT_URL");
     char saved[512];
-    snprintf(saved, sizeof saved, "%s", ep ? ep : "");
-    slowproxy *px = slowproxy_start(saved);
+    s3proxy *px = slow_start(saved, sizeof saved);
     CHECK(px != NULL);
-    setenv("AWS_ENDPOINT_URL", px->url, 1);
     float *q = td_random(64, DIM, 5);
     /* Early (the first GETs), in the walk and late; a single search and a
      * batch on two threads. Uncancelled, the first query's cold search
@@ -463,10 +315,7 @@ TEST(a_cancel_stops_a_slow_cold_search_and_the_handle_goes_on)
         cancel_round(px, url, w, q, 700, 0, NULL, 2);
     keel__br_set_enabled(was);
     free(q);
-    setenv("AWS_ENDPOINT_URL", saved, 1);
-    printf("     the proxy saw %llu requests\n",
-           (unsigned long long)px->requests);
-    slowproxy_stop(px);
+    slow_stop(px, saved);
     keel_close(w);
 }
 
@@ -478,12 +327,9 @@ TEST(a_callback_that_never_stops_is_asked_and_changes_nothing)
              (int)getpid());
     keel_index *w = build(test_path("never.keel"), url);
     CHECK(w != NULL);
-    const char *ep = getenv("AWS_ENDPOINT_URL");
     char saved[512];
-    snprintf(saved, sizeof saved, "%s", ep ? ep : "");
-    slowproxy *px = slowproxy_start(saved);
+    s3proxy *px = slow_start(saved, sizeof saved);
     CHECK(px != NULL);
-    setenv("AWS_ENDPOINT_URL", px->url, 1);
     keel_index *r = NULL;
     int rc = keel_open_reader(url, NULL, &r);
     float *q = td_random(NQ, DIM, 9);
@@ -492,13 +338,12 @@ TEST(a_callback_that_never_stops_is_asked_and_changes_nothing)
     a.caller = pthread_self();
     double t0 = test_now(), t1 = t0;
     if (rc == KEEL_OK) {
-        __atomic_store_n(&px->delay_ms, 100, __ATOMIC_RELAXED);
+        s3proxy_set_delay_ms(px, 100);
         keel_set_cancel(r, ask, &a);
         rc = same_results(w, r, q, NQ, NULL) ? KEEL_OK : KEEL_EIO;
         t1 = test_now();
     }
-    setenv("AWS_ENDPOINT_URL", saved, 1);
-    slowproxy_stop(px);
+    slow_stop(px, saved);
     free(q);
     printf("     %d searches in %.0f ms asked the callback %d times\n", NQ,
            (t1 - t0) * 1000, a.calls);
@@ -533,12 +378,9 @@ TEST(threads_searching_alike_fetch_each_page_once)
              bucket(), (int)getpid());
     keel_index *w = build(test_path("alike.keel"), url);
     CHECK(w != NULL);
-    const char *ep = getenv("AWS_ENDPOINT_URL");
     char saved[512];
-    snprintf(saved, sizeof saved, "%s", ep ? ep : "");
-    slowproxy *px = slowproxy_start(saved);
+    s3proxy *px = slow_start(saved, sizeof saved);
     CHECK(px != NULL);
-    setenv("AWS_ENDPOINT_URL", px->url, 1);
     float *q = td_random(1, DIM, 23);
     /* One search alone on a cold reader, then 8 threads searching the
      * same query at once on another: each page a claim fetches once. */
@@ -547,12 +389,12 @@ TEST(threads_searching_alike_fetch_each_page_once)
     int rc = KEEL_OK;
     for (int round = 0; round < 2 && !rc; round++) {
         keel_index *r = NULL;
-        __atomic_store_n(&px->delay_ms, 0, __ATOMIC_RELAXED);
+        s3proxy_set_delay_ms(px, 0);
         if ((rc = keel_open_reader(url, NULL, &r)))
             break;
         keel_cache_counters n0, n1;
         keel__remote_counters(r, &n0);
-        __atomic_store_n(&px->delay_ms, 100, __ATOMIC_RELAXED);
+        s3proxy_set_delay_ms(px, 100);
         pthread_t t[T];
         struct alike a[T];
         int nt = round ? T : 1;
@@ -573,8 +415,7 @@ TEST(threads_searching_alike_fetch_each_page_once)
             rc = KEEL_EIO;
         keel_close(r);
     }
-    setenv("AWS_ENDPOINT_URL", saved, 1);
-    slowproxy_stop(px);
+    slow_stop(px, saved);
     free(q);
     keel_close(w);
     printf("     one search: %llu GETs, %llu pages (%llu faults); %d at once: "
