@@ -10,6 +10,16 @@
 **   (2) The fault thread answers every fault it reads with a wake, after
 **       the granule is in (fetched, or zeros and poisoned): no thread waits
 **       on a fault for longer than one fetch, and none forever.
+**   (3) A granule not in memory is fetched on the announced path by one
+**       search at a time: the search that sets its KEEL_G_FETCH bit (the
+**       claim) fetches it, and gives the claim up (clears the bit, then
+**       broadcasts `fetched`) once its batch ended, installed or not, before
+**       the call returns, cancelled or not. A search that finds a granule
+**       claimed waits for the claim to end (in slices that poll its stop)
+**       instead of asking for it again, and a granule still not in then is
+**       left to fault. Waits never nest: a search gives up its own claims
+**       before it waits for others'. (The fault thread ignores claims: at
+**       worst a page is fetched twice, the same bytes.)
 */
 #include "cache/cache.h"
 #include "os/os.h"
@@ -189,7 +199,7 @@ fault_main(void *arg)
             if (off != UINT64_MAX && g < c->ngran &&
                 !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
                 int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
-                                                          1, buf, 1)
+                                                          1, buf, 1, NULL)
                                      : KEEL_ENOMEM;
                 if (rc == KEEL_OK)
                     rc = keel__cache_install(c, g, buf);
@@ -241,7 +251,8 @@ fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n)
     uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
     *n = (size_t)KEEL_MIN(m->npages, (uint64_t)KEEL_CACHE_PINNED);
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n)
+    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n,
+                                        NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
     return rc;
@@ -291,6 +302,11 @@ keel__cache_alloc(void)
     c->memfd = c->uffd = -1;
     c->owner = getpid();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->fetched, &ca);
+    pthread_condattr_destroy(&ca);
     return c;
 }
 
@@ -394,8 +410,10 @@ keel__cache_close(keel_cache *c)
     keel__free(c->state);
     keel__free(c->regions);
     keel__free(c->poison);
-    if (own)
+    if (own) {
         pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->fetched);
+    }
     keel__free(c);
 }
 

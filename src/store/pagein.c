@@ -485,10 +485,10 @@ local_read(void *self, const keel_br_run *run, const void **out)
 
 int
 keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
-               keel_br_scratch *s)
+               keel_br_scratch *s, keel_stop *stop)
 {
     if (rec->st->remote) /* the seam: a published index's page cache */
-        return keel__cache_bring(rec->st->remote, r, n, s);
+        return keel__cache_bring(rec->st->remote, r, n, s, stop);
     const void *outs[2 * 64];
     const void **out = outs;
     if (n > sizeof outs / sizeof outs[0] &&

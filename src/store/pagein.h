@@ -127,9 +127,11 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 ** (message recorded) or KEEL_ENOMEM. For a published index (st->remote)
 ** the record is made for every search and the ranges go to its page
 ** cache (cache.h keel__cache_bring), which fetches the missing granules
-** with the same policy; its record's bits stay clear. */
+** with the same policy; its record's bits stay clear. stop (the search's,
+** or NULL) reaches only that cache: its GETs are waited for in slices, and
+** a stop there is KEEL_ECANCELED (a local file's advice does not wait). */
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
-                   keel_br_scratch *s);
+                   keel_br_scratch *s, keel_stop *stop);
 
 /* warm: started reading the whole file of st; searches leave the reading
 ** to it (their advice would only queue behind warm's: measured,
