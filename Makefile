@@ -137,7 +137,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 # tests, then the CLI and the Python binding on published indexes), and
 # stops it whatever happens. (`make test` runs the same binaries without a
 # server: only their tests that need none.)
-OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote
+OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote \
+                 $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel
 
 test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
 	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \

@@ -351,10 +351,12 @@ cmd_sweep(const opts *o)
 #endif
     bench_engine e = {&c, k_set_ef, k_search, k_ndist, NULL, NULL};
     char tag[256];
-    snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
+    const char *br = getenv("KEEL_BATCH_READS");
+    int off = br && *br && atoi(br) == 0; /* batch reads off: its own name */
+    snprintf(tag, sizeof tag, "\"engine\":\"keel%s\",\"label\":\"%s\","
              "\"kind\":\"sweep\",\"url\":%d,\"warm_ms\":%.1f,"
-             "\"missing\":%lld", o->label, is_url(o->pos[0]), warm_ms,
-             missing);
+             "\"missing\":%lld", off ? "-off" : "", o->label,
+             is_url(o->pos[0]), warm_ms, missing);
     bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
                 o->min_time, o->k);
     keel_close(c.idx);
@@ -391,11 +393,14 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     }
 #endif
     char tag[512];
+    /* KEEL_BATCH_READS=0 (batch reads off) names its own variant. */
+    const char *br = getenv("KEEL_BATCH_READS");
+    int off = br && *br && atoi(br) == 0;
     const char *cap = getenv("KEEL_BATCH_READS_MAX_RUNS");
-    snprintf(tag, sizeof tag, "\"engine\":\"%s\",\"label\":\"%s\","
+    snprintf(tag, sizeof tag, "\"engine\":\"%s%s\",\"label\":\"%s\","
              "\"kind\":\"cold\",\"url\":%d,\"max_runs\":\"%s\"",
-             o->warm ? "keel-warm" : "keel", o->label, is_url(o->pos[0]),
-             cap ? cap : "");
+             o->warm ? "keel-warm" : "keel", off ? "-off" : "", o->label,
+             is_url(o->pos[0]), cap ? cap : "");
     bench_cold_opts lim = {o->max_q, o->max_s};
     bench_cold(&e, tag, o->pos[0], t0, main_ms, ready_ms, open_ms, q, nq, dim,
                o->ef, o->k, &lim);

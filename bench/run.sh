@@ -104,7 +104,7 @@ mkdir -p "$bin" "$idx" "$OUT"
 if [ "$REUSE" != 1 ]; then
     rm -f "$idx"/*
 fi
-rm -f "$OUT/build.jsonl" "$OUT/sweep.jsonl" "$OUT/cold.jsonl" \
+rm -f "$OUT/build.jsonl" "$OUT/sweep.jsonl" "$OUT/cold.jsonl" "$OUT/hot.jsonl" \
     "$OUT/meta.jsonl" "$OUT/evict.log"
 
 say "building libkeel.a and the drivers"
@@ -316,10 +316,15 @@ for g in $SETS; do
             ix=$(index_of "$e" "$g" "$p")
             modes=x
             [ "$e" = keel ] && modes="x --warm"
+            # batch reads off (doc/batch_reads.md), with and without warm
+            [ "$e:$p" = keel:f32 ] && modes="x --warm off off--warm"
             for mode in $modes; do
                 [ "$mode" = x ] && mode=
-                say "$g/$p $e $mode: cold start $((r + 1)) of $COLD_ROUNDS"
-                set -- "$bin/evict" "$ix" --
+                br=1
+                case $mode in off*) br=0 mode=${mode#off} ;; esac
+                say "$g/$p $e $mode (batch reads $br): cold start" \
+                    "$((r + 1)) of $COLD_ROUNDS"
+                set -- env KEEL_BATCH_READS=$br "$bin/evict" "$ix" --
                 case $e in
                 keel) set -- "$@" "$bin/keel_bench" ;;
                 hnswlib) set -- "$@" "$bin/hnsw_bench" ;;
@@ -333,6 +338,17 @@ for g in $SETS; do
             done
         done
         r=$((r + 1))
+    done
+    # A file already in memory: QPS at ef COLD_EF with batch reads on and
+    # off, alternating, 3 rounds (the module must cost a hot file nothing).
+    ix=$(index_of keel "$g" f32)
+    for r in 1 2 3; do
+        for br in 1 0; do
+            say "$g/f32 keel: hot QPS, batch reads $br, round $r of 3"
+            KEEL_BATCH_READS=$br "$bin/keel_bench" sweep "$ix" "$query" \
+                "$gt" --ef "$COLD_EF" --min-time 2 --label "$g/f32" \
+                >>"$OUT/hot.jsonl" || die "$g keel: hot sweep failed"
+        done
     done
 done
 

@@ -211,6 +211,7 @@ int keel_open(const char *path, uint32_t dim, const keel_options *opt,
 ** between calls. keel_search, keel_search_batch, keel_get, keel_get_batch,
 ** keel_ids, keel_count, keel_stat, keel_check, keel_refresh and keel_warm
 ** work on it; writes give KEEL_EREADONLY and keel_backup KEEL_EINVAL. A
+** search waiting for the store can be cancelled (keel_set_cancel). A
 ** page that cannot be fetched or fails its hash makes the call KEEL_EIO;
 ** the next call fetches it again. At open: KEEL_ENOTFOUND for a missing
 ** bucket or no index published at the prefix, KEEL_EIO naming a refused
@@ -325,9 +326,19 @@ int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
 ** works, fn is called from the thread that made the call, about twenty times
 ** a second. A nonzero return stops the call, which then fails with
 ** KEEL_ECANCELED and changes nothing: keel_add_batch adds none of its
-** vectors, keel_compact leaves the index and its file as they were. fn must
-** not call keel on the handle. NULL turns it off. Belongs to the handle.
-** Both setters wait for a write or a search in progress on the handle. */
+** vectors, keel_compact leaves the index and its file as they were.
+** keel_search and keel_search_batch on a reader of a published index
+** ("s3://...") ask fn too: never in their first 0.05 s (a search that
+** ends sooner never calls it), then about twenty times a second, between
+** expansions and queries and while they wait for the object store; a
+** nonzero return abandons the GETs in flight and the search returns
+** KEEL_ECANCELED within about 0.05 s plus one GET (a page fault being
+** served finishes first). The reader is unchanged (pages fetched whole
+** stay cached; nothing partial is kept) and the next search works as
+** before. Searches of a file never call fn. Once fn has returned nonzero
+** the call fails with KEEL_ECANCELED, whatever else happened. fn must not
+** call keel on the handle. NULL turns it off. Belongs to the handle. Both
+** setters wait for a write or a search in progress on the handle. */
 typedef int (*keel_cancel_fn)(void *arg);
 int keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg);
 

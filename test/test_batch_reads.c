@@ -1,13 +1,20 @@
 /* test_batch_reads.c -- the batch-read policy against a counting fake
 ** source (run sizing, caller order, duplicates and absence, failures, the
-** allowance), searches with the module on and off, and a read failure
-** injected through the OS table in the middle of a search.
+** allowance), searches with the module on and off, a read failure
+** injected through the OS table in the middle of a search, the access
+** advice of cold searches, warm's flag after it finished, and children
+** forked while warm waits or cold searches run.
 */
 #include "test.h"
 #include "lib/testdata.h"
 
 #include "api/api.h"
 #include "store/pagein.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* --- a fake source ------------------------------------------------------- */
 
@@ -487,6 +494,293 @@ TEST(hot_file_and_later_searches_pay_nothing)
         CHECK_OK(keel_search(idx, q.v + i * q.dim, 10, NULL, res, &n));
     CHECK_EQ(advise_calls - calls0, first);
     CHECK_OK(keel_close(idx));
+    td_free_vecs(&base);
+    td_free_vecs(&q);
+    keel__os = &keel__os_posix;
+}
+
+/* --- access advice while a search brings its pages in ------------------ */
+
+/* Mappings of path in this process, and how many of them have random-access
+** advice (VmFlags "rr" in /proc/self/smaps). */
+static void
+count_random_advice(const char *path, int *mapped, int *random)
+{
+    *mapped = *random = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return;
+    char line[4096];
+    int in = 0;
+    size_t pl = strlen(path);
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        if (n && line[n - 1] == '\n')
+            line[--n] = 0;
+        if (strncmp(line, "VmFlags:", 8) == 0) {
+            if (in) {
+                ++*mapped;
+                *random += strstr(line, " rr") != NULL;
+            }
+            in = 0;
+        }
+        /* A mapping's first line ends with its path. */
+        if (n >= pl && strcmp(line + n - pl, path) == 0 &&
+            (n == pl || line[n - pl - 1] == ' '))
+            in = 1;
+    }
+    fclose(f);
+}
+
+static const char *advice_path;
+static int mid_mapped = -1, mid_random = -1;
+
+/* A filter that accepts everything and, the first time it is called (in
+** the middle of a walk), looks at the mappings' advice. */
+static int
+look_at_advice(uint64_t id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    if (mid_mapped < 0)
+        count_random_advice(advice_path, &mid_mapped, &mid_random);
+    return 1;
+}
+
+TEST(a_cold_search_faults_pages_alone_then_gives_advice_back)
+{
+    test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
+    test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");
+    use_counting_os(); /* nothing resident: every search here is cold */
+    keel_index *idx;
+    advice_path = test_path("advice.keel");
+    CHECK_OK(keel_open(advice_path, base.dim, NULL, &idx));
+    CHECK_OK(keel_add_batch(idx, base.v, 3000, NULL, NULL));
+    CHECK_OK(keel_flush(idx));
+    keel__br_set_enabled(2);
+    keel_search_params p;
+    memset(&p, 0, sizeof p);
+    p.filter = look_at_advice;
+    keel_result res[10], ref[10];
+    size_t n, nref;
+    int mapped, random;
+    for (int round = 0; round < 3; round++) {
+        keel__br_forget(idx->st);
+        mid_mapped = mid_random = -1;
+        CHECK_OK(keel_search(idx, q.v + round * q.dim, 10, &p, res, &n));
+        CHECK(mid_mapped > 0);
+        CHECK_EQ(mid_random, mid_mapped); /* during: every mapping */
+        count_random_advice(advice_path, &mapped, &random);
+        CHECK(mapped > 0);
+        CHECK_EQ(random, 0); /* after: given back */
+        /* The same answer as a search with the module off. */
+        keel__br_set_enabled(0);
+        CHECK_OK(keel_search(idx, q.v + round * q.dim, 10, &p, ref, &nref));
+        keel__br_set_enabled(2);
+        CHECK_EQ(n, nref);
+        for (size_t j = 0; j < n; j++) {
+            CHECK_EQ(res[j].id, ref[j].id);
+            CHECK(memcmp(&res[j].distance, &ref[j].distance, 4) == 0);
+        }
+    }
+    /* A filtered search that turns to the exact scan halfway gives the
+     * advice back too. */
+    uint64_t allow[5] = {1, 2, 3, 4, 5};
+    memset(&p, 0, sizeof p);
+    p.allowed = allow;
+    p.n_allowed = 5;
+    keel__br_forget(idx->st);
+    CHECK_OK(keel_search(idx, q.v, 5, &p, res, &n));
+    CHECK_EQ(n, 5);
+    count_random_advice(advice_path, &mapped, &random);
+    CHECK_EQ(random, 0);
+    /* A later, warm search (the cold searches are spent) leaves it alone. */
+    CHECK_OK(keel_search(idx, q.v, 10, NULL, res, &n));
+    count_random_advice(advice_path, &mapped, &random);
+    CHECK_EQ(random, 0);
+    CHECK_OK(keel_close(idx));
+    td_free_vecs(&base);
+    td_free_vecs(&q);
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(2);
+}
+
+TEST(huge_page_advice_outlives_cold_searches)
+{
+    /* 3,000 random 1,024-d vectors (12 MB): whole 2 MiB pieces of them. */
+    enum { N = 3000, D = 1024 };
+    float *v = malloc(sizeof(float) * N * D);
+    CHECK(v != NULL);
+    for (size_t i = 0; i < (size_t)N * D; i++)
+        v[i] = (float)(rnd() % 1000) / 1000.0f;
+    const char *path = test_path("huge.keel");
+    keel_index *w, *r;
+    keel_options wo;
+    memset(&wo, 0, sizeof wo);
+    wo.max_connections = 4;
+    wo.ef_construction = 20;
+    CHECK_OK(keel_open(path, D, &wo, &w));
+    CHECK_OK(keel_add_batch(w, v, N, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_close(w));
+    use_counting_os();
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_HUGE_PAGES;
+    CHECK_OK(keel_open_reader(path, &o, &r));
+    int mapped, random0, random;
+    count_random_advice(path, &mapped, &random0);
+    CHECK(random0 > 0); /* the 2 MiB pieces of vectors */
+    keel__br_set_enabled(2);
+    keel_result res[10];
+    size_t n;
+    for (int round = 0; round < 3; round++) {
+        keel__br_forget(r->st);
+        long calls0 = advise_calls;
+        CHECK_OK(keel_search(r, v + round * D, 10, NULL, res, &n));
+        CHECK(advise_calls > calls0); /* a cold search */
+        count_random_advice(path, &mapped, &random);
+        CHECK_EQ(random, random0);
+    }
+    /* Warm restarted (which drops the record) changes nothing either. */
+    CHECK_OK(keel_warm(r));
+    keel__br_forget(r->st);
+    CHECK_OK(keel_search(r, v, 10, NULL, res, &n));
+    count_random_advice(path, &mapped, &random);
+    CHECK_EQ(random, random0);
+    CHECK_OK(keel_close(r));
+    free(v);
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(2);
+}
+
+/* A cold search means read-ahead advice was given during it. */
+static int
+search_was_cold(keel_index *idx, const float *q, uint32_t ef)
+{
+    long calls0 = advise_calls;
+    keel_search_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.ef = ef;
+    keel_result res[10];
+    size_t n;
+    if (keel_search(idx, q, 1, &sp, res, &n) != KEEL_OK || n != 1)
+        return -1;
+    return advise_calls > calls0;
+}
+
+TEST(after_warm_finished_only_the_first_search_is_cold_again)
+{
+    test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
+    test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");
+    use_counting_os(); /* nothing resident */
+    keel__br_set_enabled(2);
+    const char *path = test_path("warmed.keel");
+    keel_index *w, *r;
+    CHECK_OK(keel_open(path, base.dim, NULL, &w));
+    CHECK_OK(keel_add_batch(w, base.v, 2000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    CHECK_OK(keel_open_reader(path, &o, &r));
+    for (int t = 0; t < 10000 && !keel__warm_done(r); t++)
+        usleep(1000); /* warm reads it all */
+    CHECK(keel__warm_done(r));
+    /* The index grows past what warm read: one cold search, as on a
+     * handle that never warmed, then none. */
+    CHECK_OK(keel_add_batch(w, base.v + 2000 * base.dim, 8000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    int cold = 0;
+    for (int i = 0; i < 20; i++) {
+        int c = search_was_cold(r, q.v + (size_t)i * q.dim, 10);
+        CHECK(c >= 0);
+        cold += c;
+    }
+    CHECK(cold <= 1);
+    CHECK_OK(keel_close(r));
+    CHECK_OK(keel_close(w));
+    td_free_vecs(&base);
+    td_free_vecs(&q);
+    keel__os = &keel__os_posix;
+}
+
+static const char *fork_path;
+static int fork_stop; /* atomic */
+
+/* Opens readers and searches each once: every first search is cold, and
+** takes the registry's lock to change the mappings' advice. */
+static void *
+cold_searches(void *arg)
+{
+    const test_vecs *q = arg;
+    keel_result res[10];
+    size_t n;
+    for (size_t i = 0; !__atomic_load_n(&fork_stop, __ATOMIC_ACQUIRE); i++) {
+        keel_index *r;
+        if (keel_open_reader(fork_path, NULL, &r) != KEEL_OK)
+            continue;
+        keel_search(r, q->v + (i % q->n) * q->dim, 10, NULL, res, &n);
+        keel_close(r);
+    }
+    return NULL;
+}
+
+/* A child of a process whose threads run cold searches, and whose warm
+** threads read, opens readers of its own, with warm, and searches: it must
+** not hang on a lock copied mid-use from the parent. */
+TEST(a_child_searches_whatever_warm_and_cold_searches_were_doing_at_the_fork)
+{
+    test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
+    test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");
+    use_counting_os(); /* nothing resident: first searches are cold */
+    keel__br_set_enabled(2);
+    const char *path = fork_path = test_path("forked.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, base.dim, NULL, &w));
+    CHECK_OK(keel_add_batch(w, base.v, 3000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_close(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    __atomic_store_n(&fork_stop, 0, __ATOMIC_RELEASE);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&t[i], NULL, cold_searches, &q) == 0);
+    int hung = 0, failed = 0;
+    for (int i = 0; i < 60; i++) {
+        keel_index *waiting; /* its warm thread reads */
+        CHECK_OK(keel_open_reader(path, &o, &waiting));
+        usleep(500);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            alarm(10);
+            for (int h = 0; h < 2; h++) {
+                keel_index *c;
+                keel_result res[10];
+                size_t n;
+                if (keel_open_reader(path, &o, &c) != KEEL_OK)
+                    _exit(3);
+                if (keel_search(c, q.v + (size_t)h * q.dim, 10, NULL, res,
+                                &n) != KEEL_OK || n != 10)
+                    _exit(4);
+                keel_close(c);
+            }
+            _exit(0);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        hung += WIFSIGNALED(status);
+        failed += WIFEXITED(status) && WEXITSTATUS(status) != 0;
+        CHECK_OK(keel_close(waiting));
+    }
+    __atomic_store_n(&fork_stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CHECK_EQ(hung, 0);
+    CHECK_EQ(failed, 0);
     td_free_vecs(&base);
     td_free_vecs(&q);
     keel__os = &keel__os_posix;

@@ -8,6 +8,8 @@
 #include "lib/testdata.h"
 
 #include <pthread.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "store/pagein.h"
 
@@ -132,29 +134,60 @@ writer_main(void *arg)
     return NULL;
 }
 
+/* Opens a reader of rpath with flags, runs `searches` searches and closes
+** it; counts a failure in reader_failures. 0, or -1 if it did not open. */
+static int
+open_search_close(unsigned flags, uint64_t seed, int searches)
+{
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = flags;
+    keel_index *r;
+    if (keel_open_reader(rpath, &o, &r) != KEEL_OK) {
+        __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    for (int i = 0; i < searches; i++) {
+        td_vec_of(seed + (uint64_t)i, RDIM, q);
+        if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
+            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
+    }
+    keel_close(r);
+    return 0;
+}
+
 static void *
 reader_main(void *arg)
 {
     uint64_t seed = (uintptr_t)arg;
-    float q[RDIM];
-    keel_result res[10];
-    size_t n;
     for (int round = 0; round < 20 || !__atomic_load_n(&writer_done,
                                                         __ATOMIC_ACQUIRE);
-         round++) {
-        keel_index *r;
-        if (keel_open_reader(rpath, NULL, &r) != KEEL_OK) {
-            __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-            return NULL;
-        }
-        for (int i = 0; i < 3; i++) {
-            td_vec_of(seed * 1000 + (uint64_t)round * 3 + (uint64_t)i, RDIM, q);
-            if (keel_search(r, q, 10, NULL, res, &n) != KEEL_OK || n != 10)
-                __atomic_add_fetch(&reader_failures, 1, __ATOMIC_RELAXED);
-        }
-        keel_close(r);
-    }
+         round++)
+        if (open_search_close(0, seed * 1000 + (uint64_t)round * 3, 3))
+            break;
     return NULL;
+}
+
+/* A file of 2,000 vectors at rpath, flushed; the writer stays open. */
+static keel_index *
+reader_file(void)
+{
+    keel_index *w;
+    if (keel_open(rpath, RDIM, NULL, &w) != KEEL_OK)
+        return NULL;
+    float *v = malloc(2000 * RDIM * sizeof *v);
+    for (uint64_t i = 0; i < 2000; i++)
+        td_vec_of(i, RDIM, v + i * RDIM);
+    int rc = v ? keel_add_batch(w, v, 2000, NULL, NULL) : KEEL_ENOMEM;
+    free(v);
+    if (rc || keel_flush(w)) {
+        keel_close(w);
+        return NULL;
+    }
+    return w;
 }
 
 TEST(cold_readers_beside_a_writer)
@@ -166,14 +199,8 @@ TEST(cold_readers_beside_a_writer)
     keel__os = &cold_os;
     keel__br_set_enabled(2); /* every file, however small */
     rpath = test_path("cold.keel");
-    keel_index *w;
-    CHECK_OK(keel_open(rpath, RDIM, NULL, &w));
-    float *v = malloc(2000 * RDIM * sizeof *v);
-    for (uint64_t i = 0; i < 2000; i++)
-        td_vec_of(i, RDIM, v + i * RDIM);
-    CHECK_OK(keel_add_batch(w, v, 2000, NULL, NULL));
-    CHECK_OK(keel_flush(w));
-    free(v);
+    keel_index *w = reader_file();
+    CHECK(w != NULL);
     pthread_t wt, rt[4];
     CHECK(pthread_create(&wt, NULL, writer_main, w) == 0);
     for (uintptr_t i = 0; i < 4; i++)
@@ -184,6 +211,85 @@ TEST(cold_readers_beside_a_writer)
     CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
     CHECK(__atomic_load_n(&advised, __ATOMIC_RELAXED) > 0);
     CHECK_OK(keel_close(w));
+    keel__os = &keel__os_posix;
+    keel__br_set_enabled(1);
+}
+
+/* --- while warm reads, searches leave the reading to it ---------------- */
+
+static pthread_t main_thread;
+static int log_n;                 /* atomic */
+static char log_main[4096];       /* per WILLNEED call: 1 from the main thread */
+
+static int
+logging_advise(void *addr, size_t len, enum keel_advice advice)
+{
+    if (advice == KEEL_ADV_WILLNEED) {
+        int i = __atomic_fetch_add(&log_n, 1, __ATOMIC_RELAXED);
+        if (i < (int)sizeof log_main)
+            __atomic_store_n(&log_main[i],
+                             (char)pthread_equal(pthread_self(), main_thread),
+                             __ATOMIC_RELAXED);
+    }
+    return keel__os_posix.advise(addr, len, advice);
+}
+
+static void *
+warm_reader_main(void *arg)
+{
+    uint64_t seed = (uintptr_t)arg;
+    for (int round = 0; round < 10; round++) /* round 0: close at once */
+        if (open_search_close(KEEL_WARM, seed * 100, round % 3))
+            break;
+    return NULL;
+}
+
+TEST(while_warm_reads_searches_leave_the_reading_to_it)
+{
+    static keel_os cold_os;
+    cold_os = keel__os_posix;
+    cold_os.resident = nothing_resident;
+    cold_os.advise = logging_advise;
+    keel__os = &cold_os;
+    keel__br_set_enabled(2);
+    main_thread = pthread_self();
+    rpath = test_path("warm.keel");
+    keel_index *w = reader_file();
+    CHECK(w != NULL);
+    CHECK_OK(keel_close(w));
+    keel_options o;
+    memset(&o, 0, sizeof o);
+    o.flags = KEEL_WARM;
+    /* Searches right after the open ask for nothing: warm reads. */
+    keel_index *r;
+    float q[RDIM];
+    keel_result res[10];
+    size_t n;
+    __atomic_store_n(&log_n, 0, __ATOMIC_RELAXED);
+    CHECK_OK(keel_open_reader(rpath, &o, &r));
+    for (int i = 0; i < 5; i++) {
+        td_vec_of(7 + (uint64_t)i, RDIM, q);
+        CHECK_OK(keel_search(r, q, 10, NULL, res, &n));
+        CHECK_EQ(n, 10);
+    }
+    for (int t = 0; t < 5000 && !__atomic_load_n(&log_n, __ATOMIC_RELAXED);
+         t++)
+        usleep(1000);
+    CHECK_OK(keel_close(r)); /* joins warm: its log entries are in */
+    int total = __atomic_load_n(&log_n, __ATOMIC_RELAXED);
+    CHECK(total > 0 && total < (int)sizeof log_main);
+    for (int i = 0; i < total; i++)
+        CHECK_MSG(log_main[i] == 0, "call %d of %d from the searching thread",
+                  i, total);
+    /* Readers with warm opening, searching and closing on four threads
+     * (closes land while warm reads or after it finished). */
+    pthread_t rt[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        CHECK(pthread_create(&rt[i], NULL, warm_reader_main,
+                             (void *)(i + 1)) == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(rt[i], NULL);
+    CHECK_EQ(__atomic_load_n(&reader_failures, __ATOMIC_RELAXED), 0);
     keel__os = &keel__os_posix;
     keel__br_set_enabled(1);
 }

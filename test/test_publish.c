@@ -73,7 +73,7 @@ download(const char *url, uint64_t seq, const char *path)
         if (m.pages[i].pack != KEEL_MAN_ZERO_PAGE)
             r[n++] = (keel_s3_range){keys[m.pages[i].pack], m.pages[i].off,
                                      PAGE, image + i * PAGE};
-    rc = keel__s3_get_ranges(s3, b, r, n, 16);
+    rc = keel__s3_get_ranges(s3, b, r, n, 16, NULL);
     if (!rc)
         rc = td_write_file(path, image, m.image_len) ? KEEL_EIO : KEEL_OK;
     free(image);

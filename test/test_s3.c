@@ -237,7 +237,7 @@ TEST(dropped_connections_are_retried_a_bounded_number_of_times)
     int rc = keel__s3_get_range(s3, "keel-test", "gone/key", 0, b, 16);
     int single = __atomic_load_n(&d.dropped, __ATOMIC_RELAXED);
     keel_s3_range r[2] = {{"gone/a", 0, 16, b}, {"gone/b", 0, 16, b}};
-    int rc2 = keel__s3_get_ranges(s3, "keel-test", r, 2, 2);
+    int rc2 = keel__s3_get_ranges(s3, "keel-test", r, 2, 2, NULL);
     shutdown(d.fd, SHUT_RDWR);
     close(d.fd);
     pthread_join(t, NULL);
@@ -317,7 +317,7 @@ TEST(reads_past_the_end_fail_closed)
     keel_s3_range r[3] = {{key("short"), 0, 100, a},
                           {key("short"), 9950, 100, buf},
                           {key("short"), 5000, 100, b}};
-    CHECK_ERR(keel__s3_get_ranges(s3, bucket(), r, 3, 3), KEEL_EIO);
+    CHECK_ERR(keel__s3_get_ranges(s3, bucket(), r, 3, 3, NULL), KEEL_EIO);
     CHECK_MSG_HAS("past the end");
     free(buf);
     free(data);
@@ -469,7 +469,7 @@ TEST(concurrent_ranges_land_in_caller_order)
         for (int i = 0; i < R; i++)
             memset(r[i].buf, 0, r[i].len);
         double t0 = test_now();
-        CHECK_OK(keel__s3_get_ranges(s3, bucket(), r, R, inflight));
+        CHECK_OK(keel__s3_get_ranges(s3, bucket(), r, R, inflight, NULL));
         printf("     %d ranges, %u in flight: %.1f ms\n", R, inflight,
                (test_now() - t0) * 1e3);
         for (int i = 0; i < R; i++) {
@@ -482,7 +482,7 @@ TEST(concurrent_ranges_land_in_caller_order)
     }
     /* a missing key in a batch fails the batch */
     r[5].key = kmissing;
-    CHECK_ERR(keel__s3_get_ranges(s3, bucket(), r, R, 8), KEEL_ENOTFOUND);
+    CHECK_ERR(keel__s3_get_ranges(s3, bucket(), r, R, 8, NULL), KEEL_ENOTFOUND);
     CHECK_MSG_HAS("no-such-object");
     for (int i = 0; i < R; i++)
         free(r[i].buf);

@@ -5,7 +5,7 @@
 import io
 import os
 from types import TracebackType
-from typing import (Any, Dict, Iterable, Iterator, Literal, Mapping,
+from typing import (Any, Dict, Iterable, Iterator, List, Literal, Mapping,
                     Optional, Sequence, Tuple, Type, TypeVar, Union,
                     overload)
 
@@ -41,14 +41,26 @@ class IndexOptions:
     warm: bool
     huge_pages: bool
     threads: int
+    # The page cache of a reader of a published index
+    # (IndexReader("s3://...")); None = the environment's KEEL_CACHE_DIR,
+    # KEEL_CACHE_BYTES, KEEL_MEMORY_CACHE_BYTES, else keel's default. Set
+    # for a writer or a reader of a file, they raise InvalidArgumentError.
+    cache_dir: Union[None, str, bytes]
+    cache_bytes: Optional[int]
+    memory_cache_bytes: Optional[int]
     def __init__(self, max_connections: int = ..., ef_construction: int = ...,
                  ef_search: int = ..., metric: _Metric = ...,
                  precision: _Precision = ..., warm: bool = ...,
-                 huge_pages: bool = ..., threads: int = ...) -> None: ...
+                 huge_pages: bool = ..., threads: int = ...,
+                 cache_dir: Optional[_Path] = ...,
+                 cache_bytes: Optional[int] = ...,
+                 memory_cache_bytes: Optional[int] = ...) -> None: ...
     def given(self, name: str) -> bool: ...
     def replace(self, **changes: Any) -> IndexOptions: ...
     def as_dict(self) -> Dict[str, Any]: ...
     def flags(self) -> int: ...
+    def cache(self) -> Tuple[Union[None, str, bytes], int, int]: ...
+    def cache_given(self) -> List[str]: ...
     @classmethod
     def coerce(cls, options: Union[None, IndexOptions, Mapping[str, Any]],
                extra: Optional[Mapping[str, Any]] = ...) -> IndexOptions: ...
@@ -115,6 +127,8 @@ class VectorIndex:
                  tb: Optional[TracebackType]) -> None: ...
 
 class IndexReader(VectorIndex):
+    # path may be "s3://BUCKET/PREFIX"; its search and search_batch stop
+    # with KeyboardInterrupt on Ctrl-C while they wait for the store.
     def __init__(self, path: _Path,
                  options: Union[None, IndexOptions, Mapping[str, Any]] = ...,
                  **options: Any) -> None: ...

@@ -34,6 +34,28 @@ def _dimensions(value):
     return value
 
 
+def _is_url(path):
+    prefix = b"s3://" if isinstance(path, bytes) else "s3://"
+    return path.startswith(prefix)
+
+
+def _no_cache_options(opts, path, what):
+    """InvalidArgumentError if a page cache option is set for a handle that
+    has no page cache (what: "the writer of" or "a reader of the file")."""
+    given = opts.cache_given()
+    if not given:
+        return
+    from ._errors import InvalidArgumentError
+    names = " and ".join(given)
+    raise InvalidArgumentError(
+        "option%s %s %s only to a reader of a published index "
+        "(keel.IndexReader('s3://BUCKET/PREFIX', ...)), not to %s %s\n"
+        "help: leave %s out (or None) here; a file's pages are cached by the "
+        "system" % ("s" if len(given) > 1 else "", names,
+                    "apply" if len(given) > 1 else "applies", what,
+                    os.fsdecode(path), names))
+
+
 def _path(path):
     try:
         return os.fspath(path)
@@ -53,7 +75,10 @@ class VectorIndex(_keel.Index):
     missing (dimensions None or 0 takes them from an existing file). With
     read_only=True it opens a reader instead, like IndexReader. options is
     an IndexOptions or a dict; keyword options (metric="cosine", ...) are
-    applied on top.
+    applied on top. The page cache options (cache_dir, cache_bytes,
+    memory_cache_bytes) belong to readers of published indexes: set (not
+    None) for a writer or a reader of a file, they raise
+    InvalidArgumentError.
 
     Adds and deletes are visible to searches on this handle at once and
     become durable together at flush(). close() does not flush; leaving a
@@ -70,8 +95,11 @@ class VectorIndex(_keel.Index):
         path = _path(path)
         dim = _dimensions(dimensions)
         if read_only:
+            if not _is_url(path):
+                _no_cache_options(opts, path, "a reader of the file")
             self._open_reader(path, dim, opts)
         else:
+            _no_cache_options(opts, path, "the writer of")
             self._open_writer(path, dim, opts)
         # The handle's options, with the file's own fixed fields.
         st = self.stats()
@@ -117,7 +145,7 @@ class VectorIndex(_keel.Index):
                 "search through that VectorIndex (searches run alongside its "
                 "writes); a file named :memory: opens as \"./:memory:\"")
         self._open(path, 0, 0, 0, 0, opts.ef_construction, opts.ef_search,
-                   opts.threads, opts.flags(), True)
+                   opts.threads, opts.flags(), True, *opts.cache())
         # keel_open_reader takes these from the file; check what was named.
         st = self.stats()
         if dim and dim != st["dimensions"]:
@@ -230,6 +258,18 @@ class IndexReader(VectorIndex):
     search or refresh() takes a new one). Only ef_search, warm, huge_pages
     and threads of the options apply; metric, precision and max_connections
     come from the file (naming other values raises OptionsMismatchError).
+
+    path may be the URL of a published index, "s3://BUCKET/PREFIX"
+    (VectorIndex.publish; endpoint and keys from AWS_ENDPOINT_URL,
+    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). Its pages are fetched as
+    searches need them into memory (memory_cache_bytes, default
+    KEEL_MEMORY_CACHE_BYTES, else 1 GiB; at least 8 MiB) and a disk cache
+    (cache_dir, default KEEL_CACHE_DIR, else none; its size limit
+    cache_bytes, default KEEL_CACHE_BYTES, else 10 GiB). Those three
+    options apply only to a URL: set for a file, they raise
+    InvalidArgumentError. Ctrl-C stops a search or search_batch of a URL
+    while it waits for the object store (KeyboardInterrupt within about
+    0.05 s plus one request in flight); the reader stays usable.
     """
 
     def __init__(self, path, options=None, **kwargs):

@@ -22,10 +22,12 @@
 ** call holds the lock. The lock is always taken without holding the GIL, or
 ** with trylock, so it cannot deadlock against the GIL.
 **
-** Signals: long calls (add_batch, compact) ask the Python signal handlers
-** through keel_set_cancel about twenty times a second; a handler that
-** raises (Ctrl-C's KeyboardInterrupt) stops the call, which changes nothing,
-** and the exception is raised when it returns. Such a handler runs on the
+** Signals: long calls (add_batch, compact, and search and search_batch on
+** a reader of an s3:// URL while they wait for the object store) ask the
+** Python signal handlers through keel_set_cancel about twenty times a
+** second; a handler that raises (Ctrl-C's KeyboardInterrupt) stops the
+** call, which changes nothing, and the exception is raised when it
+** returns. Such a handler runs on the
 ** thread that holds keel's write_lock and the object's lock, so it must not
 ** use that object (keel.h: the callback must not call keel on the handle):
 ** each thread keeps a list of the objects it is inside a callback-running
@@ -229,6 +231,8 @@ typedef struct {
     int opened;                 /* set once, by the first successful open */
     uint32_t dim;
     int reader;
+    int remote;                 /* a reader of an s3:// URL: its searches
+                                   run the signal handlers (cancel_check) */
     int metric, precision;
     PyObject *path;             /* str, or None */
     PyObject *weakrefs;
@@ -614,20 +618,31 @@ get_ids(PyObject *obj, const char *fn, npy_intp n)
 /* --- open and close ------------------------------------------------------ */
 
 /* _open(path, dimensions, metric, precision, max_connections,
-**       ef_construction, ef_search, threads, flags, reader) -- the Python
-** layer has checked and translated every value. */
+**       ef_construction, ef_search, threads, flags, reader,
+**       cache_dir=None, cache_bytes=0, memory_cache_bytes=0) -- the Python
+** layer has checked and translated every value (the cache fields: a reader
+** of a URL only; None and 0 leave them to the environment). */
 static PyObject *
 index_open(IndexObject *self, PyObject *args)
 {
-    PyObject *path_bytes = NULL;
+    PyObject *path_bytes = NULL, *cache_obj = Py_None, *cache_bytes_dir = NULL;
     unsigned dim, metric, precision, m, efc, efs, threads, flags;
+    unsigned long long cache_bytes = 0, memory_cache_bytes = 0;
     int reader;
-    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp:_open", PyUnicode_FSConverter,
-                          &path_bytes, &dim, &metric, &precision, &m, &efc,
-                          &efs, &threads, &flags, &reader))
+    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp|OKK:_open",
+                          PyUnicode_FSConverter, &path_bytes, &dim, &metric,
+                          &precision, &m, &efc, &efs, &threads, &flags,
+                          &reader, &cache_obj, &cache_bytes,
+                          &memory_cache_bytes))
         return NULL;
+    if (cache_obj != Py_None &&
+        !PyUnicode_FSConverter(cache_obj, &cache_bytes_dir)) {
+        Py_DECREF(path_bytes);
+        return NULL;
+    }
     if (check_reentry(self, "__init__()")) {
         Py_DECREF(path_bytes);
+        Py_XDECREF(cache_bytes_dir);
         return NULL;
     }
     /* Exclusive: no call may run while the object opens, and two opens of
@@ -638,6 +653,7 @@ index_open(IndexObject *self, PyObject *args)
     if (self->opened) {
         pthread_rwlock_unlock(&self->lock);
         Py_DECREF(path_bytes);
+        Py_XDECREF(cache_bytes_dir);
         return raise_code(KEEL_EINVAL, "this index object was opened "
                           "already; an object opens once\nhelp: create a "
                           "new object to open an index again or another "
@@ -651,8 +667,15 @@ index_open(IndexObject *self, PyObject *args)
         .ef_search = efs,
         .threads = threads,
         .flags = flags,
+        .cache_dir = cache_bytes_dir ? PyBytes_AS_STRING(cache_bytes_dir)
+                                     : NULL,
+        .cache_bytes = cache_bytes,
+        .memory_cache_bytes = memory_cache_bytes,
     };
     const char *path = PyBytes_AS_STRING(path_bytes);
+    /* A reader of a published index asks the handlers too, while a search
+     * waits for the object store (keel_set_cancel). */
+    int remote = reader && strncmp(path, "s3://", 5) == 0;
     keel_index *idx = NULL;
     keel_stats st;
     int rc;
@@ -661,7 +684,7 @@ index_open(IndexObject *self, PyObject *args)
                 : keel_open(path, dim, &o, &idx);
     if (!rc)
         rc = keel_stat(idx, &st);
-    if (!rc && !reader)
+    if (!rc && (!reader || remote))
         rc = keel_set_cancel(idx, cancel_check, NULL);
     Py_END_ALLOW_THREADS
     PyObject *name = NULL;
@@ -670,6 +693,7 @@ index_open(IndexObject *self, PyObject *args)
     else
         name = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_bytes);
+    Py_XDECREF(cache_bytes_dir);
     if (!name) {
         Py_BEGIN_ALLOW_THREADS
         keel_close(idx);
@@ -683,6 +707,7 @@ index_open(IndexObject *self, PyObject *args)
     self->generation = fork_generation;
     self->dim = st.dim;
     self->reader = reader;
+    self->remote = remote;
     self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
     self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
     pthread_rwlock_unlock(&self->lock);
@@ -1143,9 +1168,14 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
     int rc;
+    struct busy b;
+    if (self->remote)
+        busy_push(&b, self, "search");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search(self->idx, qp, s.k, &s.p, out, &n);
     Py_END_ALLOW_THREADS
+    if (self->remote)
+        busy_pop(&b);
     leave(self);
     if (rc) {
         raise_keel(rc, 0);
@@ -1197,9 +1227,14 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         goto done;
     const float *qp = PyArray_DATA(q);
     int rc;
+    struct busy b;
+    if (self->remote)
+        busy_push(&b, self, "search_batch");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search_batch(self->idx, qp, (size_t)nq, s.k, &s.p, out, got);
     Py_END_ALLOW_THREADS
+    if (self->remote)
+        busy_pop(&b);
     leave(self);
     if (rc) {
         raise_keel(rc, 0);
@@ -1528,7 +1563,8 @@ static PyGetSetDef index_getset[] = {
     {"closed", (getter)get_closed, NULL, "True once closed.", NULL},
     {"_inherited", (getter)get_inherited, NULL, "True in a child process "
      "for a handle opened before fork() (it may only be closed).", NULL},
-    {"_busy", (getter)get_busy, NULL, "The call ('add_batch', 'compact') "
+    {"_busy", (getter)get_busy, NULL, "The call ('add_batch', 'compact', "
+     "a URL reader's 'search' or 'search_batch') "
      "this thread is inside on the index, running a signal handler; None "
      "when it is in none.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -1539,7 +1575,8 @@ static PyGetSetDef index_getset[] = {
 static PyMethodDef index_methods[] = {
     {"_open", (PyCFunction)index_open, METH_VARARGS,
      "_open(path, dim, metric, precision, M, ef_construction, ef_search, "
-     "threads, flags, reader): internal; use VectorIndex or IndexReader."},
+     "threads, flags, reader, cache_dir=None, cache_bytes=0, "
+     "memory_cache_bytes=0): internal; use VectorIndex or IndexReader."},
     {"close", (PyCFunction)index_close, METH_NOARGS,
      "close()\n--\n\nClose the handle; unflushed changes are lost. Calling "
      "it again does nothing."},

@@ -8,14 +8,25 @@ metric and precision.
 """
 
 import inspect
+import os
 
 from . import _coerce
 
 FIELDS = ("max_connections", "ef_construction", "ef_search", "metric",
-          "precision", "warm", "huge_pages", "threads")
+          "precision", "warm", "huge_pages", "threads", "cache_dir",
+          "cache_bytes", "memory_cache_bytes")
 DEFAULTS = {"max_connections": 16, "ef_construction": 200, "ef_search": 64,
             "metric": "l2", "precision": "f32", "warm": False,
-            "huge_pages": False, "threads": 0}
+            "huge_pages": False, "threads": 0, "cache_dir": None,
+            "cache_bytes": None, "memory_cache_bytes": None}
+# The page cache of a reader of a published index (IndexReader("s3://...")):
+# keel_options.cache_dir, cache_bytes and memory_cache_bytes. None leaves
+# each to the environment (KEEL_CACHE_DIR, KEEL_CACHE_BYTES,
+# KEEL_MEMORY_CACHE_BYTES), then keel's default.
+CACHE_FIELDS = ("cache_dir", "cache_bytes", "memory_cache_bytes")
+CACHE_ENV = {"cache_dir": ("KEEL_CACHE_DIR", "no disk cache"),
+             "cache_bytes": ("KEEL_CACHE_BYTES", "10 GiB"),
+             "memory_cache_bytes": ("KEEL_MEMORY_CACHE_BYTES", "1 GiB")}
 
 METRICS = {"l2": "l2", "euclidean": "l2", "euclid": "l2",
            "cosine": "cosine", "cos": "cosine", "angular": "cosine",
@@ -46,6 +57,49 @@ def _int_option(name, value):
     return value
 
 
+def _bytes_option(name, value):
+    """A cache size: None, or a positive int below 2**64."""
+    env, dflt = CACHE_ENV[name]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("option %s takes a number of bytes (an int) or None, "
+                        "not %s (%r)\nhelp: pass an int such as 2**30 for "
+                        "1 GiB, or None for %s (else %s)"
+                        % (name, type(value).__name__, value, env, dflt))
+    value = int(value.__index__())
+    if not 0 < value < 2 ** 64:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(
+            "option %s is %d, but has to be a number of bytes from 1 to "
+            "2**64 - 1\nhelp: pass a size such as 2**30 for 1 GiB, or None "
+            "for %s (else %s)" % (name, value, env, dflt))
+    return value
+
+
+def _dir_option(name, value):
+    """cache_dir: None, or a directory as str or bytes (os.PathLike
+    accepted)."""
+    if value is None:
+        return None
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        raise TypeError("option %s takes a directory (str, bytes or "
+                        "os.PathLike) or None, not %s (%r)\nhelp: pass the "
+                        "directory for the disk cache, such as "
+                        "'/var/cache/keel', or None for KEEL_CACHE_DIR (else "
+                        "no disk cache)" % (name, type(value).__name__,
+                                            value)) from None
+    if not path:
+        from ._errors import InvalidArgumentError
+        raise InvalidArgumentError(
+            "option %s is an empty path\nhelp: pass the directory for the "
+            "disk cache, such as '/var/cache/keel', or None for "
+            "KEEL_CACHE_DIR (else no disk cache)" % name)
+    return path
+
+
 def _name_option(name, value, table):
     key = getattr(value, "name", value)  # numpy dtypes: np.dtype("float16")
     if isinstance(value, type) and hasattr(value, "__name__"):
@@ -63,11 +117,22 @@ class IndexOptions:
 
     IndexOptions(max_connections=16, ef_construction=200, ef_search=64,
                  metric="l2", precision="f32", warm=False,
-                 huge_pages=False, threads=0)
+                 huge_pages=False, threads=0, cache_dir=None,
+                 cache_bytes=None, memory_cache_bytes=None)
 
     metric, precision and max_connections are fixed when the file is
     created; the others belong to the handle. metric: "l2" (Euclidean),
     "cosine" or "ip" (inner product). precision: "f32" or "f16".
+
+    cache_dir, cache_bytes and memory_cache_bytes place the page cache of
+    a reader of a published index, IndexReader("s3://BUCKET/PREFIX"): the
+    disk cache directory (str, bytes or os.PathLike; shared safely by any
+    number of processes), its size limit in bytes, and the memory for the
+    index's pages in bytes (less than 8 MiB is raised to 8 MiB). None
+    takes KEEL_CACHE_DIR, KEEL_CACHE_BYTES and KEEL_MEMORY_CACHE_BYTES from
+    the environment, else no disk cache, 10 GiB and 1 GiB. Opening a
+    writer or a reader of a file with one of them set (not None) raises
+    InvalidArgumentError: they would do nothing there.
     """
 
     __slots__ = FIELDS + ("_given",)
@@ -102,6 +167,10 @@ class IndexOptions:
             value = _name_option(name, value, METRICS)
         elif name == "precision":
             value = _name_option(name, value, PRECISIONS)
+        elif name == "cache_dir":
+            value = _dir_option(name, value)
+        elif name in CACHE_FIELDS:
+            value = _bytes_option(name, value)
         elif name in ("warm", "huge_pages"):
             if not isinstance(value, bool) and value not in (0, 1):
                 raise TypeError("option %s takes True or False, not %s (%r)"
@@ -173,6 +242,17 @@ class IndexOptions:
     def flags(self):
         """keel_options.flags: KEEL_WARM (1) | KEEL_HUGE_PAGES (2)."""
         return (1 if self.warm else 0) | (2 if self.huge_pages else 0)
+
+    def cache(self):
+        """The page cache fields as _open takes them: (cache_dir or None,
+        cache_bytes or 0, memory_cache_bytes or 0); None and 0 leave them
+        to the environment."""
+        return (self.cache_dir, self.cache_bytes or 0,
+                self.memory_cache_bytes or 0)
+
+    def cache_given(self):
+        """The page cache fields set to something other than None."""
+        return [n for n in CACHE_FIELDS if getattr(self, n) is not None]
 
 
 IndexOptions.__signature__ = inspect.Signature(

@@ -6,6 +6,9 @@ tests are skipped.
 """
 
 import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -76,3 +79,188 @@ def test_prune_keeps_the_newest_versions(tmp_path):
             assert np.array_equal(ids_a, ids_b)
     with pytest.raises(ValueError, match="keep"):
         keel.prune(u, keep=0)
+
+
+# --- the page cache's options ------------------------------------------------
+
+def publish(tmp_path, name, n, dim, seed):
+    """A flushed writer of n random vectors (closed by the caller), its
+    vectors, and the URL it was published to."""
+    rng = np.random.default_rng(seed)
+    vecs = rng.standard_normal((n, dim)).astype(np.float32)
+    u = url(name)
+    w = keel.VectorIndex(str(tmp_path / (name + ".keel")), dim, threads=2)
+    w.add_batch(vecs)
+    w.flush()
+    w.publish(u)
+    return w, vecs, u
+
+
+def same_answers(w, r, queries, k=10):
+    for x in queries:
+        a_ids, a_d = w.search(x, k)
+        b_ids, b_d = r.search(x, k)
+        assert np.array_equal(a_ids, b_ids)
+        assert np.array_equal(a_d.view(np.uint32), b_d.view(np.uint32))
+
+
+def page_files(d):
+    """The disk cache's page files in d (named by their hash)."""
+    if not os.path.isdir(d):
+        return []
+    return [f for f in os.listdir(d)
+            if len(f) == 32 and all(c in "0123456789abcdef" for c in f)]
+
+
+def test_cache_dir_holds_the_pages_and_a_second_reader_gets_none(
+        tmp_path, monkeypatch, slow_proxy):
+    w, vecs, u = publish(tmp_path, "cachedir", 3000, 24, 11)
+    env_dir, own = tmp_path / "env-cache", tmp_path / "own-cache"
+    monkeypatch.setenv("KEEL_CACHE_DIR", str(env_dir))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    q = np.random.default_rng(12).standard_normal((20, 24)).astype(np.float32)
+    with w, keel.IndexReader(u, cache_dir=own) as r:   # a PathLike
+        same_answers(w, r, q)
+        first = slow_proxy.pack_gets()
+        assert first > 0
+        assert page_files(own)
+        assert not page_files(env_dir)    # the option wins over the variable
+        # A second reader with the same directory: every page from disk.
+        with keel.IndexReader(u, keel.IndexOptions(cache_dir=str(own))) as r2:
+            same_answers(w, r2, q)
+            assert slow_proxy.pack_gets() == first
+    assert not page_files(env_dir)
+
+
+def test_cache_bytes_bounds_the_disk_cache(tmp_path, monkeypatch):
+    w, vecs, u = publish(tmp_path, "cachebytes", 6000, 32, 13)
+    d = tmp_path / "small-cache"
+    monkeypatch.setenv("KEEL_CACHE_BYTES", "10G")
+    page = 1 << 16
+    q = np.random.default_rng(14).standard_normal((30, 32)).astype(np.float32)
+    with w, keel.IndexReader(u, cache_dir=str(d), cache_bytes=4 * page) as r:
+        same_answers(w, r, q)
+        files = page_files(d)
+        assert 0 < len(files) <= 4
+        assert sum(os.path.getsize(d / f) for f in files) <= 4 * page
+        assert w.stats()["file_bytes"] > 8 * page
+
+
+def test_a_small_memory_cache_gives_the_same_answers(tmp_path, monkeypatch):
+    w, vecs, u = publish(tmp_path, "smallmem", 48000, 64, 15)
+    monkeypatch.setenv("KEEL_MEMORY_CACHE_BYTES", "1G")
+    least = 8 << 20                       # memory_cache_bytes is raised to it
+    # Few queries: under a bound this far below the index each one
+    # fetches much of it again (about 0.7 s here).
+    q = np.random.default_rng(16).standard_normal((5, 64)).astype(np.float32)
+    every = w.ids()
+    assert every.size * 64 * 4 > least + (2 << 20)   # the vectors alone
+    with w:
+        # With the variable's 1 GiB, reading every vector keeps them all.
+        with keel.IndexReader(u) as big:
+            assert np.array_equal(big.get(every), w.get(every))
+            assert big.stats()["allocated_bytes"] > least + (2 << 20)
+        opts = keel.IndexOptions(memory_cache_bytes=1 << 20)
+        with keel.IndexReader(u, opts) as r:
+            assert r.options.memory_cache_bytes == 1 << 20
+            assert np.array_equal(r.get(every), w.get(every))
+            same_answers(w, r, q)
+            ids, dists = r.search_batch(q, 10)
+            for i, x in enumerate(q):
+                assert np.array_equal(ids[i], w.search(x, 10)[0])
+            # The option, not the variable: the image stays within it.
+            assert r.stats()["allocated_bytes"] <= least + (1 << 20)
+
+
+# --- Ctrl-C during a slow cold search ------------------------------------------
+
+def interrupt_after(seconds, sent):
+    """SIGINT to this (the main) thread after seconds; the time it went
+    into sent[0]."""
+    main = threading.get_ident()
+
+    def send():
+        time.sleep(seconds)
+        sent.append(time.monotonic())
+        signal.pthread_kill(main, signal.SIGINT)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def sigint_raises():
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+DELAY = 0.3          # seconds the proxy holds each request
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_ctrl_c_stops_a_slow_cold_search(tmp_path, monkeypatch, slow_proxy,
+                                         sigint_raises, batch):
+    w, vecs, u = publish(tmp_path, "ctrlc%d" % batch, 20000, 32, 17)
+    q = np.random.default_rng(18).standard_normal((64, 32)).astype(np.float32)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    with w, keel.IndexReader(u, threads=2) as r:
+        slow_proxy.delay = DELAY
+        sent = []
+        sender = interrupt_after(0.7, sent)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                if batch:
+                    r.search_batch(q, 10)
+                else:
+                    r.search(q[0], 10)
+            done = time.monotonic()
+            sender.join()
+        except KeyboardInterrupt:                 # pragma: no cover
+            pytest.fail("SIGINT arrived outside the search")
+        late = done - sent[0]
+        print("search%s: KeyboardInterrupt %.0f ms after SIGINT (%.0f ms "
+              "in all)" % ("_batch" if batch else "", late * 1000,
+                          (done - t0) * 1000))
+        # One poll slice (0.05 s) plus one request in flight, and room.
+        assert late < 0.05 + DELAY + 0.35, late
+        # The reader goes on: right answers, at full speed again.
+        slow_proxy.delay = 0
+        same_answers(w, r, q[:20])
+        ids, dists = r.search_batch(q, 10)
+        for i in range(0, 64, 7):
+            a_ids, a_d = w.search(q[i], 10)
+            assert np.array_equal(ids[i], a_ids)
+            assert np.array_equal(dists[i], a_d)
+        r.check()
+
+
+def test_a_handler_cannot_use_the_reader_its_search_holds(
+        tmp_path, monkeypatch, slow_proxy):
+    w, vecs, u = publish(tmp_path, "handler", 20000, 32, 19)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", slow_proxy.url)
+    seen = []
+    with w, keel.IndexReader(u) as r:
+
+        def handler(signum, frame):
+            seen.append(r._busy)
+            with pytest.raises(RuntimeError, match="inside its search()"):
+                len(r)
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGINT, handler)
+        try:
+            slow_proxy.delay = DELAY
+            sent = []
+            sender = interrupt_after(0.5, sent)
+            with pytest.raises(KeyboardInterrupt):
+                r.search(vecs[3], 10)
+            sender.join()
+        finally:
+            signal.signal(signal.SIGINT, old)
+        slow_proxy.delay = 0
+        assert seen == ["search"]
+        assert r._busy is None
+        assert r.search(vecs[3], 1)[0][0] == 3

@@ -2,6 +2,7 @@
 suggestions for other libraries' option names."""
 
 import inspect
+import os
 
 import numpy as np
 import pytest
@@ -14,7 +15,9 @@ def test_defaults_and_signature():
     assert o.as_dict() == {"max_connections": 16, "ef_construction": 200,
                            "ef_search": 64, "metric": "l2",
                            "precision": "f32", "warm": False,
-                           "huge_pages": False, "threads": 0}
+                           "huge_pages": False, "threads": 0,
+                           "cache_dir": None, "cache_bytes": None,
+                           "memory_cache_bytes": None}
     sig = inspect.signature(keel.IndexOptions)
     assert list(sig.parameters) == list(o.as_dict())
     assert sig.parameters["ef_search"].default == 64
@@ -93,3 +96,54 @@ def test_equality_and_replace():
     assert b.ef_search == 10 and b.metric == "cosine" and a.ef_search == 64
     assert b.given("ef_search") and b.given("metric")
     assert not b.given("precision")
+
+
+def test_cache_options_are_checked(tmp_path):
+    o = keel.IndexOptions(cache_dir=tmp_path, cache_bytes=2**30,
+                          memory_cache_bytes=np.int64(64 << 20))
+    assert o.cache_dir == str(tmp_path)          # os.fspath of a PathLike
+    assert o.cache_bytes == 2**30 and o.memory_cache_bytes == 64 << 20
+    assert keel.IndexOptions(cache_dir=b"/c").cache_dir == b"/c"
+    assert keel.IndexOptions(cache_bytes=2**64 - 1).cache_bytes == 2**64 - 1
+    for name in ("cache_bytes", "memory_cache_bytes"):
+        for bad in (-1, 0, 2**64):
+            with pytest.raises(keel.InvalidArgumentError,
+                               match="%s is %d.*\nhelp: .*None" % (name, bad)):
+                keel.IndexOptions(**{name: bad})
+        for bad in (1.5, "1G", True):
+            with pytest.raises(TypeError,
+                               match="%s takes a number of bytes.*\nhelp: "
+                                     % name):
+                keel.IndexOptions(**{name: bad})
+    with pytest.raises(TypeError, match="cache_dir takes a directory.*not "
+                                        "int \\(5\\)\nhelp: "):
+        keel.IndexOptions(cache_dir=5)
+    with pytest.raises(keel.InvalidArgumentError,
+                       match="cache_dir is an empty path\nhelp: "):
+        keel.IndexOptions(cache_dir="")
+    o = keel.IndexOptions()
+    with pytest.raises(TypeError, match="cache_bytes"):
+        o.cache_bytes = "big"
+    with pytest.raises(TypeError, match="did you mean cache_dir"):
+        keel.IndexOptions(cache_dri="/c")
+
+
+def test_cache_options_are_for_url_readers_only(path, tmp_path):
+    with pytest.raises(keel.InvalidArgumentError,
+                       match="option cache_dir applies only to a reader of a "
+                             "published index .*not to the writer of "
+                             ".*test.keel\nhelp: leave cache_dir out"):
+        keel.VectorIndex(path, 4, cache_dir=tmp_path)
+    assert not os.path.exists(path)              # refused before opening
+    with keel.VectorIndex(path, 4, cache_dir=None) as w:   # None: nothing set
+        w.add([1, 2, 3, 4])
+    opts = keel.IndexOptions(cache_bytes=2**20, memory_cache_bytes=2**24)
+    with pytest.raises(keel.InvalidArgumentError,
+                       match="options cache_bytes and memory_cache_bytes "
+                             "apply only .*not to a reader of the file"):
+        keel.IndexReader(path, opts)
+    with pytest.raises(keel.InvalidArgumentError, match="not to a reader"):
+        keel.VectorIndex(path, None, read_only=True, memory_cache_bytes=2**24)
+    with keel.IndexReader(path, opts.replace(cache_bytes=None,
+                                             memory_cache_bytes=None)) as r:
+        assert len(r) == 1

@@ -30,6 +30,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* --- arguments ---------------------------------------------------------- */
@@ -850,21 +851,43 @@ typedef struct search_job {
     keel_result *out;
     size_t *n_out;
     const keel_filter *const *filters; /* one per query, or NULL */
+    keel_stop *stop;          /* NULL: the search cannot be cancelled */
     size_t next;              /* atomic */
     int rc;                   /* first failure (atomic) */
+    char msg[1024];           /* its message, written by the thread that
+                                 set rc (messages are per thread) */
+    pthread_mutex_t mu;       /* guards running; workers signal done */
+    pthread_cond_t done;
+    uint32_t running;         /* worker threads not finished */
 } search_job;
 
-static void *
-search_worker(void *arg)
+static void
+search_fail(search_job *j, int rc)
 {
-    search_job *j = arg;
+    int zero = 0;
+    if (__atomic_compare_exchange_n(&j->rc, &zero, rc, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        snprintf(j->msg, sizeof j->msg, "%s", keel_errmsg());
+}
+
+/* Searches queries until none is left, one fails, or the call is stopped
+** (the owner asks the cancel callback between queries too). */
+static void
+search_run(search_job *j)
+{
     keel_index *idx = j->idx;
     keel_search_ctx *c = keel__ctx_get(idx);
     int rc = c ? KEEL_OK : KEEL_ENOMEM;
+    if (c)
+        c->stop = j->stop;
     for (;;) {
         size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-        if (i >= j->nq || rc)
+        if (i >= j->nq || rc || __atomic_load_n(&j->rc, __ATOMIC_RELAXED))
             break;
+        if (keel__stop_poll(j->stop)) {
+            rc = KEEL_ECANCELED;
+            break;
+        }
         const float *q = prep_query(idx, j->queries + i * idx->dim, c->vbuf);
         keel_accept own;
         if (j->filters)
@@ -873,13 +896,49 @@ search_worker(void *arg)
                               j->filters ? &own : j->acc, j->out + i * j->k,
                               &j->n_out[i]);
     }
+    if (c)
+        c->stop = NULL;
     keel__ctx_put(idx, c);
-    if (rc) {
-        int zero = 0;
-        __atomic_compare_exchange_n(&j->rc, &zero, rc, 0, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
-    }
+    if (rc)
+        search_fail(j, rc);
+}
+
+static void *
+search_worker(void *arg)
+{
+    search_job *j = arg;
+    search_run(j);
+    pthread_mutex_lock(&j->mu);
+    j->running--;
+    pthread_cond_signal(&j->done);
+    pthread_mutex_unlock(&j->mu);
     return NULL;
+}
+
+/* The owner, its share done, waits for the workers; a cancellable search
+** keeps asking the cancel callback meanwhile (only the owner may), so
+** workers waiting for GETs see a cancel. */
+static void
+search_wait_workers(search_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    while (j->running) {
+        uint32_t ms = keel__stop_slice_ms(j->stop);
+        if (ms == UINT32_MAX) {
+            pthread_cond_wait(&j->done, &j->mu);
+            continue;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += (long)ms * 1000000L;
+        t.tv_sec += t.tv_nsec / 1000000000L;
+        t.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&j->done, &j->mu, &t);
+        pthread_mutex_unlock(&j->mu);
+        keel__stop_poll(j->stop);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* Runs nq searches under one shared lock and one view; a batch of many
@@ -904,29 +963,69 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
     uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
+    /* A search of a published index waits for GETs: it asks the cancel
+     * callback (read under swap_lock, which its setter holds exclusive)
+     * while it waits. A file's search never does. */
+    keel_stop stop;
+    keel__stop_init(&stop, idx->st->remote ? idx->cancel : NULL,
+                    idx->cancel_arg);
     search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
                       .nq = nq, .k = k, .out = out, .n_out = n_out,
                       .filters = p ? p->query_filters : NULL,
+                      .stop = stop.fn ? &stop : NULL,
                       .ef = p && p->ef ? p->ef : idx->ef_search};
     uint32_t threads = !keel__accept_threadsafe(&acc) ? 1
                      : (uint32_t)KEEL_MIN(idx->threads, nq / 16);
     pthread_t tid[64];
     uint32_t started = 0;
-    for (uint32_t t = 1; !rc && t < threads && t <= 64; t++)
-        if (pthread_create(&tid[started], NULL, search_worker, &job) == 0)
+    if (threads > 1) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&job.done, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&job.mu, NULL);
+    }
+    for (uint32_t t = 1; !rc && t < threads && t <= 64; t++) {
+        pthread_mutex_lock(&job.mu);
+        job.running++;
+        pthread_mutex_unlock(&job.mu);
+        if (pthread_create(&tid[started], NULL, search_worker, &job) == 0) {
             started++;
+        } else {
+            pthread_mutex_lock(&job.mu);
+            job.running--;
+            pthread_mutex_unlock(&job.mu);
+        }
+    }
     if (!rc) {
-        search_worker(&job);
+        search_run(&job);
+        if (started)
+            search_wait_workers(&job);
         for (uint32_t t = 0; t < started; t++)
             pthread_join(tid[t], NULL);
         rc = job.rc;
     }
+    if (threads > 1) {
+        pthread_cond_destroy(&job.done);
+        pthread_mutex_destroy(&job.mu);
+    }
     rc = keel__remote_end(idx, rgen, rc);
     pthread_rwlock_unlock(&idx->swap_lock);
     keel__idset_free(&set);
+    /* stop.c invariant (2): a stop the callback asked for is the answer,
+     * whatever else the search met meanwhile. */
+    if (KEEL_LOAD_ACQUIRE(&stop.stopped))
+        return keel__fail(KEEL_ECANCELED, "the search of %s was cancelled"
+                          "\nhelp: the cancel callback (keel_set_cancel) "
+                          "asked to stop; the handle is unchanged (pages "
+                          "fetched whole stay cached): search again",
+                          idx->path);
     if (rc == KEEL_ENOMEM)
         return keel__fail(KEEL_ENOMEM, "out of memory during a search\nhelp: "
                           "free memory, or lower ef and k");
+    if (rc && rc == job.rc && job.msg[0])
+        return keel__fail(rc, "%s", job.msg); /* perhaps a worker's */
     return rc;
 }
 

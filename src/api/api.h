@@ -113,6 +113,8 @@ void keel__remove_leftovers(const char *path);
 /* warm.c */
 int keel__warm_start(keel_index *idx);
 void keel__warm_stop(keel_index *idx);
+/* 1 when the handle's warm-up has read everything (tests). */
+int keel__warm_done(keel_index *idx);
 /* Whether a warm-up of this process runs on idx now (benchmarks and tests
 ** wait for it to end; takes the swap lock shared). */
 int keel__warm_running(keel_index *idx);

@@ -16,7 +16,10 @@
 ** (2) A manifest is created only after every pack it names exists, so a
 **     reader that finds manifest N finds all of N's bytes.
 ** (3) Version N+1 is the create of PREFIX/manifest/<N+1>. Of two publishers
-**     racing for it exactly one succeeds; the other gets KEEL_ELOCKED.
+**     racing for it exactly one succeeds; the other gets KEEL_ELOCKED. A
+**     create that finds the manifest there byte for byte its own made it
+**     itself, on a try whose answer was lost (the client retries after a
+**     reset): that is its success, not a lost race.
 ** (4) An interrupted publish leaves only packs no manifest names; the next
 **     publish takes the same version number and reuses those packs.
 ** (5) PREFIX/latest is a hint: publish follows it, then probes forward.
@@ -265,6 +268,25 @@ find_previous(pub *p)
     return KEEL_OK;
 }
 
+/* The create of manifest key found one there (invariant 3): KEEL_OK when
+** it is byte for byte m, len bytes, this publish's own; KEEL_S3_EXISTS when
+** it is another's; or the error that kept it from being read. */
+static int
+own_manifest(pub *p, const char *key, const uint8_t *m, size_t len)
+{
+    void *data;
+    size_t got;
+    int rc = keel__s3_get(p->s3, p->bucket, key, NULL, KEEL_MAN_MAX_BYTES,
+                          &data, &got, NULL);
+    if (rc)
+        return keel__wrap(rc, "publishing to %s: version %" PRIu64 " exists "
+                          "and could not be read back to tell whether this "
+                          "publish made it: ", p->url, p->next.seq);
+    int same = got == len && memcmp(data, m, len) == 0;
+    keel__free(data);
+    return same ? KEEL_OK : KEEL_S3_EXISTS;
+}
+
 /* Invariants (2) and (3): the manifest after its packs, create-only. */
 static int
 commit_manifest(pub *p)
@@ -277,6 +299,8 @@ commit_manifest(pub *p)
     keel__man_key(key, sizeof key, p->prefix, p->next.seq);
     int rc = keel__s3_put(p->s3, p->bucket, key, m, len, KEEL_S3_CREATE_ONLY,
                           NULL);
+    if (rc == KEEL_S3_EXISTS)
+        rc = own_manifest(p, key, m, len);
     keel__free(m);
     if (rc == KEEL_S3_EXISTS)
         return keel__fail(KEEL_ELOCKED,

@@ -245,6 +245,17 @@ keel__warm_stop(keel_index *idx)
 }
 
 int
+keel__warm_done(keel_index *idx)
+{
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    struct keel_warm *w = idx->warm;
+    int done = w && __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) &&
+               !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
+    pthread_rwlock_unlock(&idx->swap_lock);
+    return done;
+}
+
+int
 keel__warm_running(keel_index *idx)
 {
     pthread_rwlock_rdlock(&idx->swap_lock);
@@ -287,6 +298,7 @@ keel_warm(keel_index *idx)
 static void
 advise_slots(keel_store *st, uint64_t from, uint64_t to)
 {
+    keel__br_own_advice(st); /* before the advice: pagein.c invariant (3) */
     uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
     for (uint32_t k = 0; k < nseg; k++) {
         keel_segment *s = &st->seg[k];

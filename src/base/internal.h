@@ -13,6 +13,7 @@
 #define _GNU_SOURCE 1
 #endif
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -128,5 +129,32 @@ keel__is_memory(const char *path)
 
 /* The number of online cores, at least 1. */
 uint32_t keel__cpu_count(void);
+
+/* A call its caller may cancel (keel_set_cancel), as the layers that wait
+** for it see it (stop.c): the thread that made the call (the owner) asks
+** fn, at most every KEEL_STOP_ASK_MS and not before the call has run that
+** long, so a call that ends sooner never runs it; a nonzero answer sets
+** stopped, which every thread working for the call reads. A layer that
+** waits (for a GET, for worker threads) waits in slices of at most
+** keel__stop_slice_ms and polls between them; once stopped, the call fails
+** with KEEL_ECANCELED. NULL stands for a call nothing can cancel. */
+#define KEEL_STOP_ASK_MS 50u
+typedef struct keel_stop {
+    keel_cancel_fn fn;        /* NULL: nothing to ask */
+    void *arg;
+    pthread_t owner;          /* the thread that made the call */
+    double asked;             /* owner only: when fn was last asked, or
+                                 the call began (monotonic seconds) */
+    int stopped;              /* atomic: fn asked the call to stop */
+} keel_stop;
+
+/* Starts s for a call made by this thread that asks fn (may be NULL). */
+void keel__stop_init(keel_stop *s, keel_cancel_fn fn, void *arg);
+/* Nonzero once the call is stopped. On the owner, asks fn when it is due;
+** elsewhere only reads stopped. s NULL: 0. */
+int keel__stop_poll(keel_stop *s);
+/* Milliseconds a wait may last before the next poll (1..KEEL_STOP_ASK_MS);
+** UINT32_MAX for s NULL or without fn. */
+uint32_t keel__stop_slice_ms(const keel_stop *s);
 
 #endif /* KEEL_INTERNAL_H */

@@ -10,6 +10,16 @@
 **   (2) The fault thread answers every fault it reads with a wake, after
 **       the granule is in (fetched, or zeros and poisoned): no thread waits
 **       on a fault for longer than one fetch, and none forever.
+**   (3) A granule not in memory is fetched on the announced path by one
+**       search at a time: the search that sets its KEEL_G_FETCH bit (the
+**       claim) fetches it, and gives the claim up (clears the bit, then
+**       broadcasts `fetched`) once its batch ended, installed or not, before
+**       the call returns, cancelled or not. A search that finds a granule
+**       claimed waits for the claim to end (in slices that poll its stop)
+**       instead of asking for it again, and a granule still not in then is
+**       left to fault. Waits never nest: a search gives up its own claims
+**       before it waits for others'. (The fault thread ignores claims: at
+**       worst a page is fetched twice, the same bytes.)
 */
 #include "cache/cache.h"
 #include "os/os.h"
@@ -223,7 +233,7 @@ fault_main(void *arg)
                 !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
                 int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
                                                           1, buf, 1, NULL,
-                                                          NULL)
+                                                          NULL, NULL)
                                      : KEEL_ENOMEM;
                 if (rc == KEEL_OK)
                     rc = keel__cache_install(c, g, buf);
@@ -373,21 +383,27 @@ resize(keel_cache *c, uint64_t npages)
     return KEEL_OK;
 }
 
-/* Fetches and installs the header and live pages of the pinned version. */
+/* Fetches the header and live pages of version m into buf
+** (KEEL_CACHE_PINNED granules); *n gets how many of them m has. */
 static int
-install_pinned(keel_cache *c, int overwrite)
+fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n)
 {
     uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
-    size_t n = (size_t)KEEL_MIN(c->man.npages, (uint64_t)KEEL_CACHE_PINNED);
-    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
-    if (!buf)
-        return KEEL_ENOMEM;
+    *n = (size_t)KEEL_MIN(m->npages, (uint64_t)KEEL_CACHE_PINNED);
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__remote_fetch(c, s3, g, n, buf, (uint32_t)n, NULL,
-                                     NULL)
+    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n,
+                                        NULL, NULL, NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
-    pthread_mutex_lock(&c->mu);
+    return rc;
+}
+
+/* Writes n fetched pinned granules into the memfd (under mu): as installs,
+** or over the ones in (overwrite: a switch to another version). */
+static int
+put_pinned_locked(keel_cache *c, const uint8_t *buf, size_t n, int overwrite)
+{
+    int rc = KEEL_OK;
     for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
         if (overwrite && (c->state[i] & KEEL_G_IN)) {
             ssize_t w = keel__os->pwrite(c->memfd, buf + i * G, G, i * G);
@@ -396,7 +412,23 @@ install_pinned(keel_cache *c, int overwrite)
             rc = install_locked(c, i, buf + i * G, 0);
         }
     }
-    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Fetches and installs the header and live pages of the pinned version. */
+static int
+install_pinned(keel_cache *c)
+{
+    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
+    if (!buf)
+        return KEEL_ENOMEM;
+    size_t n;
+    int rc = fetch_pinned(c, &c->man, buf, &n);
+    if (rc == KEEL_OK) {
+        pthread_mutex_lock(&c->mu);
+        rc = put_pinned_locked(c, buf, n, 0);
+        pthread_mutex_unlock(&c->mu);
+    }
     keel__free(buf);
     return rc;
 }
@@ -412,6 +444,11 @@ keel__cache_alloc(void)
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wq_lock, NULL);
     pthread_cond_init(&c->wq_cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->fetched, &ca);
+    pthread_condattr_destroy(&ca);
     return c;
 }
 
@@ -430,7 +467,7 @@ keel__cache_start(keel_cache *c, uint64_t memory_bytes)
     pthread_mutex_lock(&c->mu);
     KEEL_STORE_RELAXED(&c->missing, UINT64_MAX); /* until counted */
     pthread_mutex_unlock(&c->mu);
-    if ((rc = resize(c, c->man.npages)) || (rc = install_pinned(c, 0)))
+    if ((rc = resize(c, c->man.npages)) || (rc = install_pinned(c)))
         return rc;
     pthread_mutex_lock(&c->mu);
     recount_missing(c);
@@ -526,6 +563,7 @@ keel__cache_close(keel_cache *c)
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->wq_cond);
         pthread_mutex_destroy(&c->wq_lock);
+        pthread_cond_destroy(&c->fetched);
     }
     keel__free(c);
 }
@@ -611,6 +649,10 @@ same_page(const keel_man_page *a, const keel_man_page *b)
            (a->pack == KEEL_MAN_ZERO_PAGE) == (b->pack == KEEL_MAN_ZERO_PAGE);
 }
 
+/* The next version's header and live pages are fetched before anything
+** changes: a switch that fails on the network (a keel_refresh during an
+** outage) leaves the pinned version and every granule of it in memory, so
+** the handle goes on serving what it served. */
 int
 keel__cache_switch(keel_cache *c, keel_manifest *next)
 {
@@ -618,8 +660,13 @@ keel__cache_switch(keel_cache *c, keel_manifest *next)
         keel__manifest_free(next);
         return KEEL_OK;
     }
-    int rc = resize(c, next->npages);
+    size_t n = 0;
+    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
+    int rc = buf ? fetch_pinned(c, next, buf, &n) : KEEL_ENOMEM;
+    if (rc == KEEL_OK)
+        rc = resize(c, next->npages);
     if (rc) {
+        keel__free(buf);
         keel__manifest_free(next);
         return rc;
     }
@@ -637,10 +684,13 @@ keel__cache_switch(keel_cache *c, keel_manifest *next)
         KEEL_STORE_RELEASE(&c->state[g], 0);
         __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
     }
+    /* Over installed pages of the memfd's own: no memory to run out of. */
+    rc = put_pinned_locked(c, buf, n, 1);
     pthread_mutex_unlock(&c->mu);
-    rc = install_pinned(c, 1);
+    keel__free(buf);
     if (rc) {
-        /* Back to the old version: its header pages are still in. */
+        /* A write into pages the memfd holds already failed: back to the
+         * old manifest (the network can no longer fail a switch here). */
         pthread_mutex_lock(&c->mu);
         keel__manifest_free(&c->man);
         c->man = old;

@@ -81,6 +81,8 @@
 #define KEEL_G_IN     1u   /* installed in the memfd */
 #define KEEL_G_REF    2u   /* used since the clock hand last passed */
 #define KEEL_G_POISON 4u   /* zeros a failed fault wrote */
+#define KEEL_G_FETCH  8u   /* claimed: a search's announced fetch of it is
+                              in flight (cache.c invariant 3) */
 
 typedef struct keel_cache_config {
     const char *url;           /* s3://BUCKET/PREFIX */
@@ -137,6 +139,7 @@ typedef struct keel_cache {
                                   not in (keel__cache_complete) */
     uint64_t hand;             /* clock hand, under mu */
     pthread_mutex_t mu;        /* regions, eviction, poison, pool, message */
+    pthread_cond_t fetched;    /* with mu: broadcast when claims end */
     keel_cache_region *regions;
     size_t nregions, regions_cap;
     uint64_t *poison;          /* poisoned granules, under mu */
@@ -183,9 +186,12 @@ void keel__cache_unregister(keel_cache *c, void *addr, size_t len);
 
 /* The announced path: brings the granules of r[0..n) in (r[i].off and
 ** len: file offsets) with the batch-read policy. KEEL_OK, KEEL_EIO with
-** the fetch's message, KEEL_ENOMEM. */
+** the fetch's message, KEEL_ENOMEM, or KEEL_ECANCELED when stop (the
+** search's, or NULL) said stop while it waited for GETs: those GETs are
+** abandoned and none of the batch's granules is installed (those of
+** earlier batches stay: they were whole and checked). */
 int keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
-                      keel_br_scratch *s);
+                      keel_br_scratch *s, keel_stop *stop);
 
 /* The same for r[i].len bytes at r[i].addr in mappings of the memfd
 ** (r[i].off unused), all in one batch: warm. Its GETs count in warm_gets
@@ -229,12 +235,20 @@ void keel__cache_inflight_reset(void);
 /* remote.c: fetches granules g[0..n) of the pinned version into bufs
 ** (n x KEEL_CACHE_GRANULE bytes) from the disk cache or with ranged GETs
 ** (up to inflight at once) through client s3; checks each against its
-** hash. Fetched ones go to the disk cache at once, or with later (room for
-** n entries) are listed there (*nlater of them) for
-** keel__cache_write_later once they are installed. */
+** hash. KEEL_ECANCELED when stop (NULL: none) said stop during the GETs:
+** bufs then hold nothing usable, and nothing reached the disk cache.
+** Fetched pages go to the disk cache at once, or with later (room for n
+** entries) are listed there (*nlater of them) for keel__cache_write_later
+** once they are installed. */
 int keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g,
                        size_t n, uint8_t *bufs, uint32_t inflight,
-                       keel_cache_wq *later, size_t *nlater);
+                       keel_stop *stop, keel_cache_wq *later, size_t *nlater);
+/* The same for the granules of version m, pinned or not (a switch fetches
+** the next version's header pages before it changes anything). */
+int keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                          const uint64_t *g, size_t n, uint8_t *bufs,
+                          uint32_t inflight, keel_stop *stop,
+                          keel_cache_wq *later, size_t *nlater);
 /* Hands installed pages to the disk writer (invariant 6); when its queue
 ** is full (or it cannot start), writes them from w[i].buf itself. */
 void keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n);

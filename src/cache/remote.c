@@ -21,6 +21,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <xxhash.h>
 
 #define G KEEL_CACHE_GRANULE
@@ -187,8 +188,18 @@ typedef struct miss {
 
 int
 keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
-                   uint8_t *bufs, uint32_t inflight, keel_cache_wq *later,
-                   size_t *nlater)
+                   uint8_t *bufs, uint32_t inflight, keel_stop *stop,
+                   keel_cache_wq *later, size_t *nlater)
+{
+    return keel__remote_fetch_of(c, &c->man, s3, g, n, bufs, inflight, stop,
+                                 later, nlater);
+}
+
+int
+keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                      const uint64_t *g, size_t n, uint8_t *bufs,
+                      uint32_t inflight, keel_stop *stop,
+                      keel_cache_wq *later, size_t *nlater)
 {
     if (nlater)
         *nlater = 0;
@@ -203,20 +214,19 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
         keel__free(keys);
         return KEEL_ENOMEM;
     }
-    /* The pinned version's entries (cache.h invariant 3 keeps them steady
-     * while a caller reads; copied under mu all the same). Zero pages need
-     * no fetch. */
+    /* The version's entries (cache.h invariant 3 keeps the pinned one
+     * steady while a caller reads; copied under mu all the same). Zero
+     * pages need no fetch. */
     size_t nm = 0, nr = 0;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < n; i++) {
-        if (g[i] >= c->man.npages ||
-            c->man.pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
+        if (g[i] >= m->npages || m->pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
             memset(bufs + i * G, 0, G);
             continue;
         }
         ms[nm].i = i;
-        ms[nm].pg = c->man.pages[g[i]];
-        ms[nm].pk = c->man.packs[ms[nm].pg.pack];
+        ms[nm].pg = m->pages[g[i]];
+        ms[nm].pk = m->packs[ms[nm].pg.pack];
         nm++;
     }
     pthread_mutex_unlock(&c->mu);
@@ -252,7 +262,8 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
                    &inflight_max, &max, now, 1, __ATOMIC_RELAXED,
                    __ATOMIC_RELAXED))
             ;
-        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly);
+        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly,
+                                 stop);
         __atomic_sub_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
         uint64_t bytes = 0;
         for (size_t j = 0; j < nr; j++)
@@ -262,6 +273,14 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
         if (for_warm) {
             __atomic_add_fetch(&c->n.warm_gets, nr, __ATOMIC_RELAXED);
             __atomic_add_fetch(&c->n.warm_bytes, bytes, __ATOMIC_RELAXED);
+        }
+        if (rc == KEEL_ECANCELED) {
+            /* Invariant (1): cut-short answers are neither checked nor
+             * kept; the caller installs nothing. Not a failure. */
+            keel__free(ms);
+            keel__free(rs);
+            keel__free(keys);
+            return rc;
         }
         if (rc)
             rc = keel__wrap(rc, "reading page %" PRIu64 " of %s: ",
@@ -310,6 +329,7 @@ keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
 typedef struct rsrc {
     keel_cache *c;
     keel_s3 *s3;
+    keel_stop *stop;          /* the search's; NULL: none */
     uint64_t *g;
     size_t ng, cap;
     uint32_t runs;
@@ -352,7 +372,8 @@ rsrc_wait(void *self)
     keel_cache_wq *later = keel__malloc(s->ng * sizeof *later);
     size_t nlater = 0;
     int rc = bufs && later ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs,
-                                                s->runs, later, &nlater)
+                                                s->runs, s->stop, later,
+                                                &nlater)
                            : KEEL_ENOMEM;
     for (size_t i = 0; i < s->ng && rc == KEEL_OK; i++)
         rc = keel__cache_install(s->c, s->g[i], bufs + i * G);
@@ -367,17 +388,90 @@ rsrc_wait(void *self)
         return 0;
     s->failed = rc;
     snprintf(s->msg, sizeof s->msg, "%s", keel_errmsg());
-    return rc == KEEL_ENOMEM ? -ENOMEM : -EIO;
+    return rc == KEEL_ENOMEM ? -ENOMEM : rc == KEEL_ECANCELED ? -ECANCELED
+                                                             : -EIO;
+}
+
+/* Appends x to the array *a (n entries, room for *cap; *a starts as
+** local, of *cap entries, and is replaced by a heap copy when full). */
+static int
+push_u64(uint64_t **a, size_t *n, size_t *cap, const uint64_t *local,
+         uint64_t x)
+{
+    if (*n == *cap) {
+        uint64_t *p = keel__malloc(2 * *cap * sizeof *p);
+        if (!p)
+            return KEEL_ENOMEM;
+        memcpy(p, *a, *n * sizeof *p);
+        if (*a != local)
+            keel__free(*a);
+        *a = p;
+        *cap *= 2;
+    }
+    (*a)[(*n)++] = x;
+    return KEEL_OK;
+}
+
+/* Gives up the claims on g[0..n) (cache.c invariant 3) and wakes the
+** searches waiting for them. */
+static void
+release_claims(keel_cache *c, const uint64_t *g, size_t n)
+{
+    if (!n)
+        return;
+    for (size_t i = 0; i < n; i++)
+        __atomic_fetch_and(&c->state[g[i]], (uint8_t)~KEEL_G_FETCH,
+                           __ATOMIC_RELEASE);
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->fetched);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until none of g[0..n) is claimed by another search's fetch, in
+** slices that poll stop; KEEL_OK or KEEL_ECANCELED. A granule that is not
+** in when its claim ends (that fetch failed, or it was evicted since) is
+** left to fault in. */
+static int
+wait_claims(keel_cache *c, const uint64_t *g, size_t n, keel_stop *stop)
+{
+    int rc = KEEL_OK;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n && rc == KEEL_OK;) {
+        uint8_t st = KEEL_LOAD_ACQUIRE(&c->state[g[i]]);
+        if ((st & KEEL_G_IN) || !(st & KEEL_G_FETCH)) {
+            i++;
+            continue;
+        }
+        uint32_t ms = KEEL_MIN(keel__stop_slice_ms(stop), 100u);
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += (long)ms * 1000000L;
+        t.tv_sec += t.tv_nsec / 1000000000L;
+        t.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&c->fetched, &c->mu, &t);
+        /* The callback runs without the cache's lock. */
+        pthread_mutex_unlock(&c->mu);
+        if (keel__stop_poll(stop))
+            rc = keel__fail(KEEL_ECANCELED, "cancelled while waiting for "
+                            "pages of %s that another search fetches\nhelp: "
+                            "the cancel callback (keel_set_cancel) asked to "
+                            "stop", c->url);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 int
 keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
-                  keel_br_scratch *sc)
+                  keel_br_scratch *sc, keel_stop *stop)
 {
-    /* Only the granules not in memory go to the policy. */
-    keel_br_range local[128];
-    keel_br_range *want = local;
-    size_t nw = 0, cap = sizeof local / sizeof local[0];
+    /* Only the granules not in memory go to the policy, and of those only
+     * the ones no other search is fetching already (it claimed them): this
+     * search waits for those instead of asking for them again. */
+    uint64_t local_mine[128], local_theirs[64];
+    uint64_t *mine = local_mine, *theirs = local_theirs;
+    size_t nm = 0, mine_cap = 128, nt = 0, theirs_cap = 64;
     int rc = KEEL_OK;
     for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
         if (!r[i].len)
@@ -391,38 +485,56 @@ keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
                                       __ATOMIC_RELAXED);
                 continue;
             }
-            if (nw == cap) {
-                keel_br_range *p = keel__malloc(2 * cap * sizeof *p);
-                if (!p) {
-                    rc = KEEL_ENOMEM;
-                    break;
-                }
-                memcpy(p, want, nw * sizeof *p);
-                if (want != local)
-                    keel__free(want);
-                want = p;
-                cap *= 2;
+            if (nm && mine[nm - 1] == g)
+                continue; /* ranges of one granule in a row */
+            st = __atomic_fetch_or(&c->state[g], KEEL_G_FETCH,
+                                   __ATOMIC_ACQ_REL);
+            if (st & KEEL_G_FETCH) {
+                /* Claimed by another search (or by this one, earlier in
+                 * the list: it is already in mine). */
+                int own = 0;
+                for (size_t j = 0; j < nm && !own; j++)
+                    own = mine[j] == g;
+                if (!own && !(st & KEEL_G_IN))
+                    rc = push_u64(&theirs, &nt, &theirs_cap, local_theirs, g);
+                continue;
             }
-            want[nw++] = (keel_br_range){g * G, G, NULL};
+            if (st & KEEL_G_IN) { /* installed meanwhile */
+                release_claims(c, &g, 1);
+                continue;
+            }
+            if ((rc = push_u64(&mine, &nm, &mine_cap, local_mine, g))) {
+                release_claims(c, &g, 1);
+                break;
+            }
         }
     }
-    if (rc == KEEL_OK && nw) {
-        const void **out = keel__malloc(nw * sizeof *out);
-        rsrc s = {.c = c, .s3 = keel__remote_client(c)};
-        if (!out || !s.s3) {
+    if (rc == KEEL_OK && nm) {
+        keel_br_range *want = keel__malloc(nm * sizeof *want);
+        const void **out = keel__malloc(nm * sizeof *out);
+        rsrc s = {.c = c, .s3 = keel__remote_client(c), .stop = stop};
+        if (!want || !out || !s.s3) {
             rc = KEEL_ENOMEM;
         } else {
+            for (size_t i = 0; i < nm; i++)
+                want[i] = (keel_br_range){mine[i] * G, G, NULL};
             keel_br_source src = {rsrc_read, rsrc_wait, &s};
-            rc = keel__br_read(&src, NULL, want, nw, out, sc);
-            if (rc && s.failed == KEEL_EIO)
-                rc = keel__fail(KEEL_EIO, "%s", s.msg); /* the fetch's own */
+            rc = keel__br_read(&src, NULL, want, nm, out, sc);
+            if (rc && (s.failed == KEEL_EIO || s.failed == KEEL_ECANCELED))
+                rc = keel__fail(s.failed, "%s", s.msg); /* the fetch's own */
         }
         keel__remote_release(c, s.s3);
         keel__free(s.g);
         keel__free(out);
-    }
-    if (want != local)
         keel__free(want);
+    }
+    release_claims(c, mine, nm);
+    if (rc == KEEL_OK && nt)
+        rc = wait_claims(c, theirs, nt, stop);
+    if (mine != local_mine)
+        keel__free(mine);
+    if (theirs != local_theirs)
+        keel__free(theirs);
     return rc;
 }
 
@@ -450,7 +562,7 @@ keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
     }
     pthread_mutex_unlock(&c->mu);
     for_warm = 1;
-    int rc = m ? keel__cache_bring(c, o, m, s) : KEEL_OK;
+    int rc = m ? keel__cache_bring(c, o, m, s, NULL) : KEEL_OK;
     for_warm = 0;
     if (o != local)
         keel__free(o);

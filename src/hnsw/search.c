@@ -56,7 +56,8 @@ keel__search_ctx_new(const keel_graph *gr)
     c->link.vbuf = keel__malloc(gr->dim * sizeof(float));
     c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    c->bwant = keel__malloc(2 * ((size_t)gr->M0 + 1) * sizeof *c->bwant);
+    /* A neighbour's vector, record and slot header (br_vectors). */
+    c->bwant = keel__malloc(3 * ((size_t)gr->M0 + 1) * sizeof *c->bwant);
     if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->link.cand || !c->link.keep ||
         !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
@@ -162,36 +163,111 @@ prefetch_rec_l1(const keel_store *st, uint32_t s)
 
 /* --- cold pages (batch_reads.h) ------------------------------------------ */
 
-/* Adds slot s's vector (or level-0 record) to the ranges to bring in,
-** unless known resident. */
+/* What of a slot to bring in. */
+enum { BR_VEC, BR_REC, BR_HDR };
+
+/* Adds slot s's vector, level-0 record or slot header (id) to the ranges
+** to bring in, unless known resident. */
 static size_t
 br_want(const keel_store *st, keel_search_ctx *c, size_t nw, uint32_t s,
-        int rec)
+        int what)
 {
     uint64_t i;
     const keel_segment *sg = keel__store_seg(st, s, &i);
     const uint8_t *base = KEEL_LOAD_RELAXED(&sg->base);
     if (!base)
         return nw;
-    const uint8_t *p = rec ? (const uint8_t *)keel__store_rec(st, s)
-                           : (const uint8_t *)keel__store_vec(st, s);
-    uint64_t n = rec ? st->g.rec_bytes : st->g.vec_bytes;
+    const uint8_t *p = what == BR_REC ? (const uint8_t *)keel__store_rec(st, s)
+                     : what == BR_VEC ? (const uint8_t *)keel__store_vec(st, s)
+                     : KEEL_LOAD_RELAXED(&sg->hdrs) + i * 16;
+    uint64_t n = what == BR_REC ? st->g.rec_bytes
+               : what == BR_VEC ? st->g.vec_bytes : 16;
     return keel__br_want(c->br, c->bwant, nw, p, n, base, sg->off, sg->bytes);
 }
 
-/* Brings in the vectors of the ng gathered neighbours, and with recs their
-** level-0 records too; 0, or -1/-2 as keel__search_layer. */
-KEEL_COLD static int
-br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int recs)
+/* A bring's code as keel__search_layer returns it: 0, -1 out of memory,
+** -2 with the code kept in c->br_rc. */
+static int
+br_result(keel_search_ctx *c, int rc)
 {
+    if (rc == KEEL_OK)
+        return 0;
+    if (rc == KEEL_ENOMEM)
+        return -1;
+    c->br_rc = rc;
+    return -2;
+}
+
+/* Whether the call this search works for was cancelled (c->br_rc set). */
+static int
+br_stopped(keel_search_ctx *c)
+{
+    if (!keel__stop_poll(c->stop))
+        return 0;
+    c->br_rc = KEEL_ECANCELED;
+    return 1;
+}
+
+/* Brings in the vectors of the ng gathered neighbours (and their slot
+** headers too when hdrs: a filter reads their ids; their level-0 records
+** with recs); 0, or -1/-2 as keel__search_layer. Each expansion of a cold
+** walk passes here: the place to see a cancel between fetches. */
+KEEL_COLD static int
+br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
+           int recs)
+{
+    if (br_stopped(c))
+        return -2;
     size_t nw = 0;
     for (uint32_t j = 0; j < ng; j++) {
-        nw = br_want(st, c, nw, c->gather[j], 0);
+        nw = br_want(st, c, nw, c->gather[j], BR_VEC);
         if (recs)
-            nw = br_want(st, c, nw, c->gather[j], 1);
+            nw = br_want(st, c, nw, c->gather[j], BR_REC);
     }
-    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch) : 0;
-    return rc == KEEL_OK ? 0 : rc == KEEL_ENOMEM ? -1 : -2;
+    for (uint32_t j = 0; hdrs && j < ng; j++)
+        nw = br_want(st, c, nw, c->gather[j], BR_HDR);
+    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
+                : 0;
+    return br_result(c, rc);
+}
+
+/* Brings in what of slot s the walk reads next (`what`: bits 1 << BR_*)
+** before it reads it. On a published index a page nobody announced is
+** fetched by a fault, which nothing can interrupt: announcing it instead
+** lets a cancel stop the wait, so between two polls a walk meets at most
+** one fault (an upper layer's list). 0 or -1/-2. */
+KEEL_COLD static int
+br_slot(const keel_store *st, keel_search_ctx *c, uint32_t s, unsigned what)
+{
+    if (br_stopped(c))
+        return -2;
+    size_t nw = 0;
+    for (int k = BR_VEC; k <= BR_HDR; k++)
+        if (what >> k & 1)
+            nw = br_want(st, c, nw, s, k);
+    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
+                : 0;
+    return br_result(c, rc);
+}
+
+/* Brings in the slot headers of n slots (packed entries of c->res or of
+** a result list), whose ids are read next: one round trip for all. */
+KEEL_COLD static int
+br_headers(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
+           size_t n)
+{
+    if (br_stopped(c))
+        return -2;
+    int rc = KEEL_OK;
+    for (size_t i = 0; i < n && rc == KEEL_OK;) {
+        size_t nw = 0;
+        /* bwant holds 2 (M0 + 1) ranges */
+        for (; i < n && nw < 2 * ((size_t)c->M0 + 1); i++)
+            nw = br_want(st, c, nw, keel__pack_slot(e[i]), BR_HDR);
+        if (nw)
+            rc = keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop);
+    }
+    return br_result(c, rc);
 }
 
 uint32_t
@@ -201,12 +277,19 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
 {
     uint32_t cur = entry;
     int c_l1 = keel__prefetch_into_l1();
+    if (KEEL_UNLIKELY(ctx->br) &&
+        br_slot(gr->st, ctx, cur, 1u << BR_REC | 1u << BR_VEC))
+        return KEEL_EMPTY;
     float best = keel__graph_dist(gr, q, keel__store_vec(gr->st, cur));
     ctx->ndist++;
     for (uint32_t level = from; level > to; level--) {
         for (int changed = 1; changed;) {
             changed = 0;
             uint32_t len;
+            /* The record holds where the upper lists are. */
+            if (KEEL_UNLIKELY(ctx->br) &&
+                br_slot(gr->st, ctx, cur, 1u << BR_REC))
+                return KEEL_EMPTY;
             const uint32_t *list = keel__store_list(gr->st, cur, level, &len);
             if (!list)
                 break;
@@ -223,11 +306,12 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
             /* A published index: the neighbours' records in the same
              * batch, since the next step reads the record of whichever is
              * nearest (its upper lists, or level 0's at the bottom), and a
-             * record not in waits a round trip of its own (a fault: 10 of
-             * the 12 left in GloVe-340k's first search at 20 ms per request,
-             * which came 7% sooner; doc/object_storage_bench.md). */
-            if (KEEL_UNLIKELY(ctx->br) &&
-                br_vectors(gr->st, ctx, ng, gr->st->remote != NULL))
+             * record not in costs a round trip of its own (GloVe-340k's
+             * first search at 20 ms per request came 7% sooner;
+             * doc/object_storage_bench.md). */
+            if (KEEL_UNLIKELY(ctx->br)
+                    ? br_vectors(gr->st, ctx, ng, 0, gr->st->remote != NULL)
+                    : KEEL_UNLIKELY(ctx->stop) && br_stopped(ctx))
                 return KEEL_EMPTY;
             keel__graph_dist_group(gr, q, ctx->gvec, ng, ctx->gdist);
             ctx->ndist += ng;
@@ -242,11 +326,14 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
     return cur;
 }
 
-int
-keel__search_layer(const keel_graph *gr, const keel_view *v,
-                   keel_search_ctx *c, const float *q, uint32_t entry,
-                   uint32_t level, uint32_t ef, const keel_accept *acc,
-                   uint64_t budget)
+/* The walk of keel__search_layer, compiled twice: cold (c->br or c->stop
+** set: pages to bring in, a call to poll) and hot (neither), so a search
+** of a file in memory runs a loop with none of the cold path's tests
+** (measured: those tests cost 2-3% QPS on GloVe-100 10k). */
+static inline __attribute__((always_inline)) int
+layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
+           const float *q, uint32_t entry, uint32_t level, uint32_t ef,
+           const keel_accept *acc, uint64_t budget, const int cold)
 {
     if (visited_reset(c, v->limit) ||
         heap_grow(&c->res, &c->res_cap, (size_t)ef + 1) ||
@@ -255,6 +342,17 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
     c->nres = c->ncand = 0;
     const keel_store *st = gr->st;
     int l1 = keel__prefetch_into_l1();
+    /* A filter reads the ids of the nodes it is asked about, and with
+     * deletes every node's deleted mark is read: both in slot headers. */
+    int hdrs = !acc->all && (acc->filter || acc->allowed || v->deleted);
+    /* The entry's record; the records of the candidates it queues are
+     * brought in as they are queued. */
+    if (cold && c->br) {
+        int brc = br_slot(st, c, entry, 1u << BR_REC | 1u << BR_VEC |
+                                            (unsigned)hdrs << BR_HDR);
+        if (brc)
+            return brc;
+    }
     float d0 = keel__graph_dist(gr, q, keel__store_vec(st, entry));
     c->ndist++;
     visit(c, entry);
@@ -293,8 +391,10 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
          * and costs no round trip of its own (GloVe-340k at 20 ms per
          * request: the 10th result 12% sooner, 1% more GETs). A local file
          * keeps the two batches (measured as they are, doc/batch_reads.md). */
-        if (KEEL_UNLIKELY(c->br)) {
-            int brc = br_vectors(st, c, ng, st->remote != NULL);
+        if (cold) {
+            /* With batch reads off pages fault, and the walk polls. */
+            int brc = c->br ? br_vectors(st, c, ng, hdrs, st->remote != NULL)
+                            : br_stopped(c) ? -2 : 0;
             if (brc)
                 return brc;
         }
@@ -310,8 +410,8 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
             if (c->nres < ef || e < bound) {
                 min_push(c->cand, &c->ncand, e);
                 prefetch_rec(st, s);
-                if (KEEL_BR_AHEAD && KEEL_UNLIKELY(c->br))
-                    nq = br_want(st, c, nq, s, 1);
+                if (KEEL_BR_AHEAD && cold && c->br)
+                    nq = br_want(st, c, nq, s, BR_REC);
                 if (accepts(v, acc, s)) {
                     if (c->nres < ef)
                         max_push(c->res, &c->nres, e);
@@ -321,16 +421,28 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
                 }
             }
         }
-        if (KEEL_UNLIKELY(nq)) {
-            int brc = keel__br_local(c->br, c->bwant, nq, &c->bscratch);
+        if (cold && nq) {
+            int brc = br_result(c, keel__br_local(c->br, c->bwant, nq,
+                                                  &c->bscratch, c->stop));
             if (brc)
-                return brc == KEEL_ENOMEM ? -1 : -2;
+                return brc;
         }
         c->ndist += ng;
         if (budget && c->ndist > budget)
             return 1;
     }
     return 0;
+}
+
+int
+keel__search_layer(const keel_graph *gr, const keel_view *v,
+                   keel_search_ctx *c, const float *q, uint32_t entry,
+                   uint32_t level, uint32_t ef, const keel_accept *acc,
+                   uint64_t budget)
+{
+    if (KEEL_UNLIKELY(c->br || c->stop))
+        return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 1);
+    return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 0);
 }
 
 /* --- allow-lists ------------------------------------------------------- */
@@ -396,7 +508,36 @@ keep_best(keel_search_ctx *c, size_t k, uint64_t e)
         max_replace_top(c->res, c->nres, e);
 }
 
-/* The exact answer: every accepted vector measured. */
+/* An exact scan of a published index brings the slot headers and vectors
+** of SCAN_CHUNK slots in at a time (one round trip instead of a fault per
+** page, and a place to see a cancel); one of an allow-list, whose ids lead
+** anywhere in the file, polls the call's stop at every id. */
+#define SCAN_CHUNK 256u
+
+/* Brings in the headers and vectors of slots [i, i + n) of segment sg
+** (0 or -1/-2 as keel__search_layer). */
+KEEL_COLD static int
+br_scan_chunk(const keel_store *st, keel_search_ctx *c,
+              const keel_segment *sg, uint64_t i, uint64_t n)
+{
+    if (br_stopped(c))
+        return -2;
+    const uint8_t *base = KEEL_LOAD_RELAXED(&sg->base);
+    if (!base)
+        return 0;
+    size_t nw = keel__br_want(c->br, c->bwant, 0,
+                              KEEL_LOAD_RELAXED(&sg->hdrs) + i * 16, n * 16,
+                              base, sg->off, sg->bytes);
+    nw = keel__br_want(c->br, c->bwant, nw,
+                       KEEL_LOAD_RELAXED(&sg->vecs) + i * st->g.vec_bytes,
+                       n * st->g.vec_bytes, base, sg->off, sg->bytes);
+    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
+                : 0;
+    return br_result(c, rc);
+}
+
+/* The exact answer: every accepted vector measured. 0, -1 out of memory,
+** -2 when bringing pages in failed or c->stop said stop (c->br_rc set). */
 static int
 exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
            const float *q, size_t k, const keel_accept *acc)
@@ -408,8 +549,11 @@ exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         const keel_idset *s = acc->allowed;
         for (uint64_t i = 0; i <= s->mask; i++) {
             uint64_t slot;
-            if (s->keys[i] == UINT64_MAX ||
-                keel__store_id_lookup(v, s->keys[i], &slot) != KEEL_OK)
+            if (s->keys[i] == UINT64_MAX)
+                continue;
+            if (KEEL_UNLIKELY(c->stop) && br_stopped(c))
+                return -2;
+            if (keel__store_id_lookup(v, s->keys[i], &slot) != KEEL_OK)
                 continue;
             float d = keel__graph_dist(gr, q, keel__store_vec(gr->st, slot));
             keep_best(c, k, keel__pack(d, (uint32_t)slot));
@@ -430,6 +574,12 @@ exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
             KEEL_LOAD_RELAXED(&sg->hdrs);
         const uint8_t *vecs = KEEL_LOAD_RELAXED(&sg->vecs);
         for (uint64_t i = 0; i < n; i++) {
+            if (KEEL_UNLIKELY(c->br) && i % SCAN_CHUNK == 0) {
+                int rc = br_scan_chunk(st, c, sg, i,
+                                       KEEL_MIN((uint64_t)SCAN_CHUNK, n - i));
+                if (rc)
+                    return rc;
+            }
             uint64_t slot = first + i;
             if (v->deleted && !keel__store_present(v, slot))
                 continue;
@@ -472,19 +622,18 @@ estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
     return *frac * (double)n;
 }
 
-int
-keel__search_knn(const keel_graph *gr, const keel_view *v,
-                 keel_search_ctx *c, const float *q, size_t k, uint32_t ef,
-                 const keel_accept *acc, keel_result *out, size_t *n_out)
+/* keel__search_knn with efk = max(ef, k), bringing pages in while c->br
+** is set. */
+static int
+search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
+           const float *q, size_t k, uint32_t efk, const keel_accept *acc,
+           keel_result *out, size_t *n_out)
 {
-    *n_out = 0;
-    if (v->count == 0 || v->entry == KEEL_EMPTY || v->entry >= v->limit)
-        return KEEL_OK;
-    uint32_t efk = (uint32_t)KEEL_MAX((size_t)ef, k);
     int filtered = acc->filter || acc->allowed;
     int scanned = 0, rc = 0;
-    c->ndist = 0;
-    c->br = keel__br_record(&c->brc, gr->st, v, efk);
+    /* A published index announces every page a search reads (the file's
+     * scans leave reading ahead to the system). */
+    keel_br_record *remote = gr->st->remote ? c->br : NULL;
     if (filtered) {
         double frac, m = estimate_matches(v, acc, &frac);
         /* A graph visit costs about one scanned distance, and an unfiltered
@@ -493,6 +642,7 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
          * Past m / 2 visits the scan of the matches is cheaper. */
         double budget = frac > 0 ? KEEL_MIN(m / 2, 32.0 * efk / frac) : 0;
         if (budget < 2.0 * efk) {
+            c->br = remote;
             rc = exact_scan(gr, v, c, q, k, acc);
             scanned = 1;
         } else {
@@ -502,7 +652,7 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
                                   : keel__search_layer(gr, v, c, q, ep, 0, efk,
                                                        acc, (uint64_t)budget);
             if (rc == 1 || (rc == 0 && c->nres < k)) {
-                c->br = NULL;
+                c->br = remote;
                 rc = exact_scan(gr, v, c, q, k, acc);
                 scanned = 1;
             }
@@ -515,7 +665,9 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
     c->br = NULL; /* builds share the context: they never bring pages in */
     if (rc == -2) {
         c->nres = 0;
-        return KEEL_EIO;
+        rc = c->br_rc ? c->br_rc : KEEL_EIO;
+        c->br_rc = 0;
+        return rc;
     }
     if (rc < 0)
         return KEEL_ENOMEM;
@@ -528,6 +680,17 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
     size_t n = keel__search_take(c, tmp);
     if (n > k)
         n = k;
+    if (remote && n) {
+        /* The results' ids: their slot headers in one round trip. */
+        c->br = remote;
+        rc = br_headers(gr->st, c, tmp, n);
+        c->br = NULL;
+        if (rc) {
+            rc = rc == -1 ? KEEL_ENOMEM : c->br_rc;
+            c->br_rc = 0;
+            return rc;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         uint32_t s = keel__pack_slot(tmp[i]);
         out[i].id = keel__store_id(gr->st, s);
@@ -545,4 +708,25 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
     }
     *n_out = n;
     return KEEL_OK;
+}
+
+int
+keel__search_knn(const keel_graph *gr, const keel_view *v,
+                 keel_search_ctx *c, const float *q, size_t k, uint32_t ef,
+                 const keel_accept *acc, keel_result *out, size_t *n_out)
+{
+    *n_out = 0;
+    if (v->count == 0 || v->entry == KEEL_EMPTY || v->entry >= v->limit)
+        return KEEL_OK;
+    uint32_t efk = (uint32_t)KEEL_MAX((size_t)ef, k);
+    c->ndist = 0;
+    /* A cold search: its record is given back when the ids are read too
+     * (their table's faults then also read their page alone). */
+    keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
+    c->br = cold;
+    int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
+    c->br = NULL;
+    if (cold)
+        keel__br_done(cold);
+    return rc;
 }

@@ -35,6 +35,12 @@ typedef struct keel_search_ctx {
     keel_br_cache brc;
     keel_br_range *bwant;     /* 2 (M0 + 1) ranges */
     keel_br_scratch bscratch;
+    /* The call this search works for, set by the api layer for one call
+     * (NULL: nothing can cancel it): polled where the search brings pages
+     * in, which is where a search of a published index waits. */
+    keel_stop *stop;
+    int br_rc;                /* why bringing pages in failed (KEEL_EIO,
+                                 KEEL_ECANCELED): keel__search_knn's code */
     struct keel_search_ctx *next; /* pool */
 } keel_search_ctx;
 
@@ -61,7 +67,8 @@ typedef struct keel_accept {
 
 /* Greedy descent from `entry` through levels from..to+1; returns the nearest
 ** node found at level to+1 (the start for level to), or KEEL_EMPTY when
-** bringing pages in failed (ctx->br set; message recorded). */
+** bringing pages in failed or ctx->stop said stop (ctx->br set; code in
+** ctx->br_rc, message recorded). */
 uint32_t keel__search_greedy(const keel_graph *gr, const keel_view *v,
                              keel_search_ctx *ctx, const float *q,
                              uint32_t entry, uint32_t from, uint32_t to);
@@ -69,7 +76,8 @@ uint32_t keel__search_greedy(const keel_graph *gr, const keel_view *v,
 /* Beam search of one level from entry, keeping ef nodes the accept policy
 ** allows in ctx->res. Stops early, returning 1, once it has computed more than
 ** budget distances (0 = no budget); returns 0 when it finished, -1 out of
-** memory, -2 when bringing pages in failed (ctx->br set; message recorded). */
+** memory, -2 when bringing pages in failed or ctx->stop said stop (ctx->br
+** set; code in ctx->br_rc, message recorded). */
 int keel__search_layer(const keel_graph *gr, const keel_view *v,
                        keel_search_ctx *ctx, const float *q, uint32_t entry,
                        uint32_t level, uint32_t ef, const keel_accept *acc,
@@ -80,7 +88,10 @@ size_t keel__search_take(keel_search_ctx *ctx, uint64_t *out);
 
 /* The k nearest present, accepted vectors to q (already normalized for
 ** cosine). Unfiltered searches walk the graph; filtered ones walk with a
-** budget and fall back to an exact scan of the matches (search.c). */
+** budget and fall back to an exact scan of the matches (search.c).
+** KEEL_OK, KEEL_ENOMEM, KEEL_EIO (pages could not be brought in) or
+** KEEL_ECANCELED (ctx->stop said stop: between expansions, while pages
+** were fetched, or every few thousand vectors of an exact scan). */
 int keel__search_knn(const keel_graph *gr, const keel_view *v,
                      keel_search_ctx *ctx, const float *q, size_t k,
                      uint32_t ef, const keel_accept *acc, keel_result *out,

@@ -921,10 +921,14 @@ typedef struct lane_ops {
 ** each lane takes the next item, retries a retryable failure after a
 ** backoff (other lanes go on meanwhile), and the first failure the verdict
 ** returns stops the call. Every lane is taken off the multi handle before
-** it returns. */
+** it returns. stop (may be NULL) is polled before each round and the waits
+** between rounds last at most its slice: once it says stop, the requests
+** on the wire are abandoned (their lanes taken off, their connections
+** closed) and the call fails with KEEL_ECANCELED; a buffer may then hold
+** part of an answer, which the caller must not use. */
 static int
 lanes_run(keel_s3 *s3, const char *bucket, size_t n, uint32_t inflight,
-          const lane_ops *ops, void *arg)
+          const lane_ops *ops, void *arg, keel_stop *stop)
 {
     if (inflight == 0 || inflight > s3->max_inflight)
         inflight = s3->max_inflight;
@@ -938,8 +942,16 @@ lanes_run(keel_s3 *s3, const char *bucket, size_t n, uint32_t inflight,
     size_t next = 0, done = 0;
     int rc = KEEL_OK;
     while (rc == KEEL_OK && done < n) {
+        if (keel__stop_poll(stop)) {
+            rc = keel__fail(KEEL_ECANCELED, "cancelled with %zu of %zu %s "
+                            "%s answered\nhelp: the cancel callback "
+                            "(keel_set_cancel) asked to stop; nothing was "
+                            "kept of the requests it cut short", done, n,
+                            ops->what, s3->endpoint);
+            break;
+        }
         uint64_t now = now_ms();
-        int wait = 100;
+        int wait = (int)KEEL_MIN(100u, keel__stop_slice_ms(stop));
         for (uint32_t i = 0; rc == KEEL_OK && i < nl; i++) {
             lane *ln = &lanes[i];
             if (ln->busy)
@@ -1033,7 +1045,8 @@ static const lane_ops range_ops = {"GETs from", range_prepare, range_judge};
 
 int
 keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
-                    const keel_s3_range *ranges, size_t n, uint32_t inflight)
+                    const keel_s3_range *ranges, size_t n, uint32_t inflight,
+                    keel_stop *stop)
 {
     int rc = check_names(bucket, NULL);
     for (size_t i = 0; rc == KEEL_OK && i < n; i++) {
@@ -1044,7 +1057,8 @@ keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
     }
     if (rc != KEEL_OK || n == 0)
         return rc;
-    return lanes_run(s3, bucket, n, inflight, &range_ops, (void *)ranges);
+    return lanes_run(s3, bucket, n, inflight, &range_ops, (void *)ranges,
+                     stop);
 }
 
 /* --- listing ------------------------------------------------------------- */
@@ -1299,5 +1313,5 @@ keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
         rc = check_names(bucket, jobs[i].key);
     if (rc != KEEL_OK || n == 0)
         return rc;
-    return lanes_run(s3, bucket, n, inflight, &put_ops, jobs);
+    return lanes_run(s3, bucket, n, inflight, &put_ops, jobs, NULL);
 }

@@ -152,9 +152,12 @@ int keel__s3_put_many(keel_s3 *s3, const char *bucket, keel_s3_put_job *jobs,
 ** than the client's max_inflight: max_inflight). Each range is checked as
 ** get_range checks it; bytes land in each range's own buffer, so results
 ** are in the caller's order whatever order the answers come in. One range
-** that fails (after its retries) fails the whole call. */
+** that fails (after its retries) fails the whole call. stop (NULL: none)
+** is polled while the call waits, at least every KEEL_STOP_ASK_MS; when it
+** says stop, the GETs on the wire are abandoned and the call fails with
+** KEEL_ECANCELED, the buffers holding any part of their answers. */
 int keel__s3_get_ranges(keel_s3 *s3, const char *bucket,
                         const keel_s3_range *ranges, size_t n,
-                        uint32_t inflight);
+                        uint32_t inflight, keel_stop *stop);
 
 #endif /* KEEL_S3_H */

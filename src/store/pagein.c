@@ -10,6 +10,17 @@
 **       keel__br_forget, which its callers call when no search runs on the
 **       store (close, compaction's swap, warm restarting under the swap
 **       lock held exclusively).
+**   (3) The mappings' access advice changes only under reg_lock, and
+**       random_on says what it is: a cold search's start sets random access
+**       when it is the only cold search (cold_active 0 -> 1); normal access
+**       comes back when the last one ends (1 -> 0) or the record is dropped
+**       while one runs (warm restarted midway). Neither
+**       happens once the store's own_advice is set, which is set before the
+**       huge-page code gives its own advice. The advice is a hint: it never
+**       changes what a search reads or returns.
+**   (4) reg_lock is held across fork() (atfork handlers): a child starts
+**       with it free, so the new handles of a child work whatever the
+**       parent's threads were doing.
 */
 #include "store/pagein.h"
 
@@ -20,7 +31,43 @@
 /* --- the residency record ------------------------------------------------ */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+/* fork(): the child gets reg_lock free, whatever the parent's threads were
+** doing (invariant 4). */
+static void
+reg_fork_prepare(void)
+{
+    pthread_mutex_lock(&reg_lock);
+}
+
+static void
+reg_fork_parent(void)
+{
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static void
+reg_init(void)
+{
+    pthread_atfork(reg_fork_prepare, reg_fork_parent, reg_fork_parent);
+}
+
+static void
+reg_enter(void)
+{
+    pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_lock);
+}
+
+static void
+reg_leave(void)
+{
+    pthread_mutex_unlock(&reg_lock);
+}
+
 static keel_br_record *reg_head;  /* under reg_lock */
+static void random_access(keel_br_record *rec, int on);
 static uint64_t reg_gen = 1;      /* atomic: bumped by every forget */
 
 #define LEAF_WORDS ((1u << KEEL_BR_LEAF_LOG2) / 64)
@@ -83,10 +130,11 @@ mark(keel_br_record *rec, uint64_t off, uint64_t len)
         return;
     uint64_t known = __atomic_add_fetch(&rec->known, fresh, __ATOMIC_RELAXED);
     if (known >= KEEL_LOAD_RELAXED(&rec->total)) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         if (KEEL_LOAD_RELAXED(&rec->known) >= KEEL_LOAD_RELAXED(&rec->total))
             KEEL_STORE_RELEASE(&rec->all, 1);
-        pthread_mutex_unlock(&reg_lock);
+        KEEL_STORE_RELAXED(&rec->warming, 0); /* back to the rules */
+        reg_leave();
     }
 }
 
@@ -214,6 +262,65 @@ find(const keel_store *st, int create)
     return rec;
 }
 
+/* Gives every mapping of st the access advice adv (under reg_lock). Random
+** access while a search brings its pages in: the faults it still takes
+** (the entry point, upper layers, a page its advice has not reached yet)
+** then read their page alone, where a fault on a mapped file reads
+** read_ahead_kb around it (8 MiB on the benchmark's disk), and a few such
+** faults read more than the walk needs. GloVe-340k evicted, ef 64, 1st
+** result: 62-72 ms with the advice alone, 22-29 ms with random access too
+** (18 MB read against 70). */
+static void
+fault_advice(const keel_store *st, int adv)
+{
+    uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
+    for (uint32_t k = 0; k < nseg; k++) {
+        const keel_segment *sg = &st->seg[k];
+        uint8_t *base = KEEL_LOAD_ACQUIRE(&sg->base);
+        if (base)
+            keel__os->advise(base, (size_t)sg->bytes, adv);
+    }
+    uint32_t ntab = KEEL_LOAD_ACQUIRE(&st->nidtabs);
+    for (uint32_t t = 0; t < ntab; t++)
+        if (st->idtabs[t].tab)
+            keel__os->advise(st->idtabs[t].tab,
+                             (size_t)(4ull << st->idtabs[t].log2), adv);
+    if (st->pages)
+        keel__os->advise(st->pages, KEEL_DATA_OFF, adv);
+    if (st->live)
+        keel__os->advise(st->live, KEEL_PAGE_SLOT, adv);
+    uint32_t nheap = KEEL_LOAD_ACQUIRE(&st->nheap);
+    for (uint32_t k = 0; k < nheap; k++) {
+        const keel_chunk *ch = &st->heap[k];
+        uint8_t *base = KEEL_LOAD_ACQUIRE(&ch->base);
+        if (base)
+            keel__os->advise(base, (size_t)ch->bytes, adv);
+    }
+}
+
+/* A cold search of rec begins: random access for its store's mappings
+** while it is the only one (invariant 3); returns rec. */
+static keel_br_record *
+cold_begins(keel_br_record *rec)
+{
+    reg_enter();
+    if (rec->cold_active++ == 0)
+        random_access(rec, 1);
+    reg_leave();
+    return rec;
+}
+
+/* Turns random access on or off for rec's store (under reg_lock;
+** invariant 3). */
+static void
+random_access(keel_br_record *rec, int on)
+{
+    if (rec->random_on == on || rec->st->own_advice)
+        return;
+    fault_advice(rec->st, on ? KEEL_ADV_RANDOM : KEEL_ADV_NORMAL);
+    rec->random_on = on;
+}
+
 keel_br_record *
 keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
                 uint32_t ef)
@@ -224,9 +331,9 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
     uint64_t gen = __atomic_load_n(&reg_gen, __ATOMIC_ACQUIRE);
     keel_br_record *rec = c->rec;
     if (!rec || c->st != st || c->gen != gen) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         rec = find(st, 1);
-        pthread_mutex_unlock(&reg_lock);
+        reg_leave();
         c->st = st;
         c->rec = rec;
         c->gen = gen;
@@ -244,11 +351,13 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
     if (limit && KEEL_LOAD_RELAXED(&rec->searches) >= limit)
         return NULL; /* the cold searches are spent: nothing more to learn */
     if (KEEL_LOAD_ACQUIRE(&rec->covered) < v->limit) {
-        pthread_mutex_lock(&reg_lock);
+        reg_enter();
         if (rec->covered < v->limit)
             extend(rec, st, v->limit);
-        pthread_mutex_unlock(&reg_lock);
+        reg_leave();
     }
+    /* While warm reads the whole file, searches leave the reading to it:
+     * their reads would queue behind warm's (doc/batch_reads.md). */
     if (KEEL_LOAD_ACQUIRE(&rec->all) || KEEL_LOAD_RELAXED(&rec->warming))
         return NULL;
     if (on == 1 && KEEL_LOAD_RELAXED(&rec->total) <
@@ -257,23 +366,42 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
     if (limit &&
         __atomic_fetch_add(&rec->searches, 1, __ATOMIC_RELAXED) >= limit)
         return NULL;
-    return rec;
+    return cold_begins(rec);
+}
+
+void
+keel__br_done(keel_br_record *rec)
+{
+    if (rec->st->remote)
+        return;
+    reg_enter();
+    if (--rec->cold_active == 0)
+        random_access(rec, 0);
+    reg_leave();
+}
+
+void
+keel__br_own_advice(keel_store *st)
+{
+    reg_enter();
+    st->own_advice = 1; /* invariant (3) */
+    reg_leave();
 }
 
 void
 keel__br_warming(const keel_store *st)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record *rec = find(st, 1);
     if (rec)
         KEEL_STORE_RELAXED(&rec->warming, 1);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_warmed(const keel_store *st, const keel_view *v)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record *rec = find(st, 1);
     if (rec) {
         if (rec->covered < v->limit)
@@ -294,21 +422,23 @@ keel__br_warmed(const keel_store *st, const keel_view *v)
                          __ATOMIC_RELAXED);
         KEEL_STORE_RELEASE(&rec->all, 1);
     }
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
 }
 
 void
 keel__br_forget(const keel_store *st)
 {
-    pthread_mutex_lock(&reg_lock);
+    reg_enter();
     keel_br_record **p = &reg_head;
     while (*p && (*p)->st != st)
         p = &(*p)->next;
     keel_br_record *rec = *p;
-    if (rec)
+    if (rec) {
         *p = rec->next;
+        random_access(rec, 0); /* warm stopped midway: the mappings stay */
+    }
     __atomic_add_fetch(&reg_gen, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&reg_lock);
+    reg_leave();
     if (rec)
         record_free(rec);
 }
@@ -357,10 +487,10 @@ local_read(void *self, const keel_br_run *run, const void **out)
 
 int
 keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
-               keel_br_scratch *s)
+               keel_br_scratch *s, keel_stop *stop)
 {
     if (rec->st->remote) /* the seam: a published index's page cache */
-        return keel__cache_bring(rec->st->remote, r, n, s);
+        return keel__cache_bring(rec->st->remote, r, n, s, stop);
     const void *outs[2 * 64];
     const void **out = outs;
     if (n > sizeof outs / sizeof outs[0] &&

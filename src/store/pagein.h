@@ -11,6 +11,11 @@
 ** all known never reach the policy; a file known resident, a file warm is
 ** reading, and every search after the first of an opened file
 ** (KEEL_BR_COLD_SEARCHES) never call this module at all.
+**
+** While a search brings its own pages in (a cold search), the index's
+** mappings have random-access advice, so the faults it still takes read
+** their page alone instead of read_ahead_kb around it; the last cold
+** search to end gives the mappings back their normal advice.
 */
 #ifndef KEEL_PAGEIN_H
 #define KEEL_PAGEIN_H
@@ -42,6 +47,9 @@ typedef struct keel_br_record {
     int all;                   /* atomic: known == total */
     uint64_t searches;         /* searches that used the record (atomic) */
     int warming;               /* atomic: warm is reading the whole file */
+    uint32_t cold_active;      /* cold searches running (under reg_lock) */
+    int random_on;             /* the mappings have random-access advice
+                                * (under reg_lock) */
     uint64_t *bits[KEEL_BR_LEAVES];
     uint64_t *need[KEEL_BR_LEAVES];
     struct keel_br_record *next;
@@ -71,6 +79,9 @@ typedef struct keel_br_cache {
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
                                 const keel_view *v, uint32_t ef);
+/* The search that got rec from keel__br_record has ended (every record
+** returned is given back exactly once). */
+void keel__br_done(keel_br_record *rec);
 
 /* Whether every granule of [off, off+len) is known resident. */
 static inline int
@@ -116,14 +127,19 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 ** (message recorded) or KEEL_ENOMEM. For a published index (st->remote)
 ** the record is made for every search and the ranges go to its page
 ** cache (cache.h keel__cache_bring), which fetches the missing granules
-** with the same policy; its record's bits stay clear. */
+** with the same policy; its record's bits stay clear. stop (the search's,
+** or NULL) reaches only that cache: its GETs are waited for in slices, and
+** a stop there is KEEL_ECANCELED (a local file's advice does not wait). */
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
-                   keel_br_scratch *s);
+                   keel_br_scratch *s, keel_stop *stop);
 
 /* warm: started reading the whole file of st; searches leave the reading
 ** to it (their advice would only queue behind warm's: measured,
 ** doc/batch_reads.md). */
 void keel__br_warming(const keel_store *st);
+/* Ranges of st now have their own access advice (huge pages): cold
+** searches leave the mappings' advice alone from now on. */
+void keel__br_own_advice(keel_store *st);
 /* warm: every written granule of st is now resident (as of view v). */
 void keel__br_warmed(const keel_store *st, const keel_view *v);
 /* The store's mappings are about to go (close, compaction's swap): drops

@@ -1553,7 +1553,7 @@ bring_heap(keel_store *st)
         total += len;
     }
     keel_br_scratch s = {0};
-    if (n && keel__cache_bring(st->remote, r, n, &s))
+    if (n && keel__cache_bring(st->remote, r, n, &s, NULL))
         keel__clear_error();
     keel__br_scratch_free(&s);
 }

@@ -73,6 +73,9 @@ typedef struct keel_store {
                                * entries (this writer built it, and no slot
                                * it holds was given back since) */
     uint64_t huge_advised;    /* slots whose vectors had huge-page advice */
+    int own_advice;           /* ranges have their own access advice (huge
+                               * pages): cold searches leave the mappings'
+                               * advice alone (pagein.c, under its lock) */
     /* Reader: mappings of uncommitted regions a restarted writer replaced.
      * They stay mapped until close, so a search that still reads one never
      * touches unmapped memory. The list grows with every restart seen. */
