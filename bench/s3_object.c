@@ -170,7 +170,7 @@ cmd_get(int argc, char **argv)
         rs[j].buf = map + off;
     }
     int64_t g0 = now_ns();
-    int rc = keel__s3_get_ranges(s3, bucket, rs, n, inflight);
+    int rc = keel__s3_get_ranges(s3, bucket, rs, n, inflight, NULL);
     int64_t g1 = now_ns();
     keel__s3_close(s3);
     free(rs);
