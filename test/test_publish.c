@@ -8,6 +8,8 @@
 ** tests that need the server say so and pass.
 */
 #include "test.h"
+#define OBJSTORE_AREA "test-publish"
+#include "lib/objstore.h"
 #include "lib/testdata.h"
 
 #include "base/internal.h"
@@ -23,25 +25,6 @@
 
 #define DIM 96
 #define PAGE ((uint64_t)1 << KEEL_MAN_PAGE_LOG2)
-
-static const char *
-bucket(void)
-{
-    return getenv("KEEL_TEST_BUCKET");
-}
-
-#define NEED_SERVER()                                                       \
-    do {                                                                    \
-        if (!bucket())                                                      \
-            TEST_SKIP("no object store: make test-objstore starts one");    \
-    } while (0)
-
-static void
-url_of(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "s3://%s/test-publish/%d/%s", bucket(), (int)getpid(),
-             name);
-}
 
 /* Rebuilds version seq of url into path from the manifest and packs. */
 static int

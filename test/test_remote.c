@@ -7,6 +7,8 @@
 ** fault whose fetch fails) need no server and run in `make test` too.
 */
 #include "test.h"
+#define OBJSTORE_AREA "test-remote"
+#include "lib/objstore.h"
 #include "lib/testdata.h"
 
 #include "base/internal.h"
@@ -24,25 +26,6 @@
 #define NQ 30
 #define K 10
 #define G KEEL_CACHE_GRANULE
-
-static const char *
-bucket(void)
-{
-    return getenv("KEEL_TEST_BUCKET");
-}
-
-#define NEED_SERVER()                                                       \
-    do {                                                                    \
-        if (!bucket())                                                      \
-            TEST_SKIP("no object store: make test-objstore starts one");    \
-    } while (0)
-
-static void
-url_of(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "s3://%s/test-remote/%d/%s", bucket(), (int)getpid(),
-             name);
-}
 
 /* A fresh directory under the test directory. */
 static const char *

@@ -12,6 +12,7 @@
 ** without KEEL_TEST_BUCKET the tests that need the server say so and pass.
 */
 #include "test.h"
+#include "lib/objstore.h"
 #include "lib/s3proxy.h"
 #include "lib/testdata.h"
 
@@ -28,18 +29,6 @@
 #define K 10
 #define DELAY_MS 300u
 #define G KEEL_CACHE_GRANULE
-
-static const char *
-bucket(void)
-{
-    return getenv("KEEL_TEST_BUCKET");
-}
-
-#define NEED_SERVER()                                                       \
-    do {                                                                    \
-        if (!bucket())                                                      \
-            TEST_SKIP("no object store: make test-objstore starts one");    \
-    } while (0)
 
 /* --- the proxy ------------------------------------------------------------ */
 

@@ -16,6 +16,8 @@
 ** Without KEEL_TEST_BUCKET the tests say so and pass.
 */
 #include "test.h"
+#define OBJSTORE_AREA "test-remote-faults"
+#include "lib/objstore.h"
 #include "lib/testdata.h"
 #include "lib/s3proxy.h"
 
@@ -30,25 +32,6 @@
 #define K 10
 #define STORM 100000u /* more failures than any test makes requests */
 #define ATTEMPTS 4    /* s3.h: tries of a retryable request, in all */
-
-static const char *
-bucket(void)
-{
-    return getenv("KEEL_TEST_BUCKET");
-}
-
-#define NEED_SERVER()                                                       \
-    do {                                                                    \
-        if (!bucket())                                                      \
-            TEST_SKIP("no object store: make test-objstore starts one");    \
-    } while (0)
-
-static void
-url_of(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "s3://%s/test-remote-faults/%d/%s", bucket(),
-             (int)getpid(), name);
-}
 
 static const char *
 dir_of(const char *name)

@@ -8,6 +8,7 @@
 ** KEEL_TEST_BUCKET they say so and pass, so `make test` needs no server.
 */
 #include "test.h"
+#include "lib/objstore.h"
 
 #include "base/internal.h"
 #include "s3/s3.h"
@@ -17,18 +18,6 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
-
-static const char *
-bucket(void)
-{
-    return getenv("KEEL_TEST_BUCKET");
-}
-
-#define NEED_SERVER()                                                       \
-    do {                                                                    \
-        if (!bucket())                                                      \
-            TEST_SKIP("no object store: make test-objstore starts one");    \
-    } while (0)
 
 /* A key unique to this run. */
 static const char *
