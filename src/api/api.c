@@ -928,12 +928,7 @@ search_wait_workers(search_job *j)
             pthread_cond_wait(&j->done, &j->mu);
             continue;
         }
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += (long)ms * 1000000L;
-        t.tv_sec += t.tv_nsec / 1000000000L;
-        t.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&j->done, &j->mu, &t);
+        keel__cond_wait_ms(&j->done, &j->mu, ms);
         pthread_mutex_unlock(&j->mu);
         keel__stop_poll(j->stop);
         pthread_mutex_lock(&j->mu);

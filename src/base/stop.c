@@ -66,3 +66,14 @@ keel__stop_slice_ms(const keel_stop *s)
         return 1;
     return KEEL_MIN((uint32_t)(due * 1000.0) + 1, KEEL_STOP_ASK_MS);
 }
+
+void
+keel__cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, uint32_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += (long)ms * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cond, mu, &t);
+}

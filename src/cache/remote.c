@@ -443,12 +443,7 @@ wait_claims(keel_cache *c, const uint64_t *g, size_t n, keel_stop *stop)
             continue;
         }
         uint32_t ms = KEEL_MIN(keel__stop_slice_ms(stop), 100u);
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += (long)ms * 1000000L;
-        t.tv_sec += t.tv_nsec / 1000000000L;
-        t.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&c->fetched, &c->mu, &t);
+        keel__cond_wait_ms(&c->fetched, &c->mu, ms);
         /* The callback runs without the cache's lock. */
         pthread_mutex_unlock(&c->mu);
         if (keel__stop_poll(stop))
