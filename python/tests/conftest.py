@@ -6,6 +6,7 @@ The in-place build in python/ is imported ahead of any installed keel.
 """
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -201,3 +202,12 @@ def slow_proxy():
     proxy = SlowProxy(upstream)
     yield proxy
     proxy.stop()
+
+
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt for the test (pytest's own handler
+    may be in place), whatever handler was there before."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

@@ -194,13 +194,6 @@ def interrupt_after(seconds, started):
     return thread
 
 
-@pytest.fixture
-def sigint_raises():
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 def test_ctrl_c_cancels_add_batch(path, sigint_raises):
     v = vectors(60000, 32)
     index = keel.VectorIndex(path, 32, threads=2)

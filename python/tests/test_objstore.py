@@ -189,13 +189,6 @@ def interrupt_after(seconds, sent):
     return thread
 
 
-@pytest.fixture
-def sigint_raises():
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 DELAY = 0.3          # seconds the proxy holds each request
 
 
