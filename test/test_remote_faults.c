@@ -385,6 +385,38 @@ TEST(a_stalled_get_times_out_in_bounded_time_and_the_next_search_works)
     keel_close(w);
 }
 
+/* Close while warm's GETs stall: warm's fetches are abandoned within a
+** poll, not waited out to the stall timeout (20 s here). */
+TEST(closing_while_warm_s_gets_stall_returns_at_once)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "warmstall");
+    keel_index *w = build(test_path("warmstall.keel"), url, 43);
+    CHECK(w != NULL);
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "20", 1); /* read as clients are made */
+    s3proxy_fail_only_gets(p, 1);
+    for (int round = 0; round < 2; round++) {
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, NULL, &r));
+        s3proxy_stall_next(p, STORM); /* every GET from now on */
+        CHECK_OK(keel_warm(r));
+        usleep(300000);               /* warm waits on stalled GETs */
+        double t0 = test_now();
+        CHECK_OK(keel_close(r));
+        double dt = test_now() - t0;
+        printf("     close while warm's GETs stall: %.2f s\n", dt);
+        CHECK(pc(p).stalls > 0);
+        CHECK(dt < 5.0); /* 20 s before the fix */
+        s3proxy_stall_next(p, 0);
+    }
+    unsetenv("KEEL_S3_STALL_TIMEOUT_S");
+    proxy_down(p);
+    keel_close(w);
+}
+
 /* --- versions under a storm ---------------------------------------------------- */
 
 TEST(open_and_refresh_under_a_storm_fail_clearly_and_keep_the_pinned_version)

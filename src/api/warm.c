@@ -103,6 +103,14 @@ add_range(void *addr, size_t len, int vectors, void *arg)
 ** small ones in one step); a failed fetch is left to the search that needs
 ** the page. With every page in, searches stop announcing theirs
 ** (cache.h keel__cache_complete). 0 when stopped. */
+/* keel_stop's question for warm's GETs: has keel__warm_stop asked? */
+static int
+warm_asked_to_stop(void *arg)
+{
+    struct keel_warm *w = arg;
+    return __atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
+}
+
 static int
 warm_remote(struct keel_warm *w, keel_cache *remote)
 {
@@ -110,6 +118,10 @@ warm_remote(struct keel_warm *w, keel_cache *remote)
     size_t np = 0, bytes = 0;
     keel_br_scratch scratch = {0};
     int stopped = 0;
+    /* Close, refresh and compaction stop warm: its GETs in flight are
+     * abandoned within a poll, never waited out to the stall timeout. */
+    keel_stop stop;
+    keel__stop_init(&stop, warm_asked_to_stop, w);
     const keel_idtab *t = w->view.idtab;
     add_range(t ? t->tab : NULL, t ? (size_t)4 << t->log2 : 0, 0, w);
     for (size_t i = 0; i <= w->n && !stopped; i++) {
@@ -130,7 +142,8 @@ warm_remote(struct keel_warm *w, keel_cache *remote)
                     stopped = 1;
                     break;
                 }
-                if (keel__cache_bring_addr(remote, piece, np, &scratch))
+                if (keel__cache_bring_addr(remote, piece, np, &scratch,
+                                           &stop))
                     keel__clear_error();
                 w->advised += bytes;
                 np = bytes = 0;

@@ -195,9 +195,10 @@ int keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
 
 /* The same for r[i].len bytes at r[i].addr in mappings of the memfd
 ** (r[i].off unused), all in one batch: warm. Its GETs count in warm_gets
-** and warm_bytes too. Addresses in no mapping are skipped. */
+** and warm_bytes too. Addresses in no mapping are skipped. stop (may be
+** NULL) abandons the batch's GETs: KEEL_ECANCELED. */
 int keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
-                           keel_br_scratch *s);
+                           keel_br_scratch *s, keel_stop *stop);
 
 /* A call that reads through the cache: begin heals poisoned granules and
 ** returns the generation; end returns rc, or KEEL_EIO with the failure's

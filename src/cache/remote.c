@@ -535,7 +535,7 @@ keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
 
 int
 keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
-                       keel_br_scratch *s)
+                       keel_br_scratch *s, keel_stop *stop)
 {
     keel_br_range local[64], *o = local;
     if (n > sizeof local / sizeof local[0] &&
@@ -557,7 +557,7 @@ keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
     }
     pthread_mutex_unlock(&c->mu);
     for_warm = 1;
-    int rc = m ? keel__cache_bring(c, o, m, s, NULL) : KEEL_OK;
+    int rc = m ? keel__cache_bring(c, o, m, s, stop) : KEEL_OK;
     for_warm = 0;
     if (o != local)
         keel__free(o);
