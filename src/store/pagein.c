@@ -10,14 +10,12 @@
 **       keel__br_forget, which its callers call when no search runs on the
 **       store (close, compaction's swap, warm restarting under the swap
 **       lock held exclusively).
-**   (3) The mappings' access advice changes only under reg_lock, and
-**       random_on says what it is: a cold search's start sets random access
-**       when it is the only cold search (cold_active 0 -> 1); normal access
-**       comes back when the last one ends (1 -> 0) or the record is dropped
-**       while one runs (warm restarted midway). Neither
-**       happens once the store's own_advice is set, which is set before the
-**       huge-page code gives its own advice. The advice is a hint: it never
-**       changes what a search reads or returns.
+**   (3) The mappings' access advice changes only under reg_lock: a cold
+**       search's start sets random access when it is the only cold search
+**       (cold_active 0 -> 1); normal access comes back when the last one
+**       ends (1 -> 0). Neither happens once the store's own_advice is set,
+**       which is set before the huge-page code gives its own advice. The
+**       advice is a hint: it never changes what a search reads or returns.
 **   (4) reg_lock is held across fork() (atfork handlers): a child starts
 **       with it free, so the new handles of a child work whatever the
 **       parent's threads were doing.
@@ -67,7 +65,6 @@ reg_leave(void)
 }
 
 static keel_br_record *reg_head;  /* under reg_lock */
-static void random_access(keel_br_record *rec, int on);
 static uint64_t reg_gen = 1;      /* atomic: bumped by every forget */
 
 #define LEAF_WORDS ((1u << KEEL_BR_LEAF_LOG2) / 64)
@@ -304,21 +301,10 @@ static keel_br_record *
 cold_begins(keel_br_record *rec)
 {
     reg_enter();
-    if (rec->cold_active++ == 0)
-        random_access(rec, 1);
+    if (rec->cold_active++ == 0 && !rec->st->own_advice)
+        fault_advice(rec->st, KEEL_ADV_RANDOM);
     reg_leave();
     return rec;
-}
-
-/* Turns random access on or off for rec's store (under reg_lock;
-** invariant 3). */
-static void
-random_access(keel_br_record *rec, int on)
-{
-    if (rec->random_on == on || rec->st->own_advice)
-        return;
-    fault_advice(rec->st, on ? KEEL_ADV_RANDOM : KEEL_ADV_NORMAL);
-    rec->random_on = on;
 }
 
 keel_br_record *
@@ -375,8 +361,8 @@ keel__br_done(keel_br_record *rec)
     if (rec->st->remote)
         return;
     reg_enter();
-    if (--rec->cold_active == 0)
-        random_access(rec, 0);
+    if (--rec->cold_active == 0 && !rec->st->own_advice)
+        fault_advice(rec->st, KEEL_ADV_NORMAL);
     reg_leave();
 }
 
@@ -433,10 +419,8 @@ keel__br_forget(const keel_store *st)
     while (*p && (*p)->st != st)
         p = &(*p)->next;
     keel_br_record *rec = *p;
-    if (rec) {
+    if (rec)
         *p = rec->next;
-        random_access(rec, 0); /* warm stopped midway: the mappings stay */
-    }
     __atomic_add_fetch(&reg_gen, 1, __ATOMIC_RELEASE);
     reg_leave();
     if (rec)

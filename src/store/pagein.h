@@ -48,8 +48,6 @@ typedef struct keel_br_record {
     uint64_t searches;         /* searches that used the record (atomic) */
     int warming;               /* atomic: warm is reading the whole file */
     uint32_t cold_active;      /* cold searches running (under reg_lock) */
-    int random_on;             /* the mappings have random-access advice
-                                * (under reg_lock) */
     uint64_t *bits[KEEL_BR_LEAVES];
     uint64_t *need[KEEL_BR_LEAVES];
     struct keel_br_record *next;
