@@ -862,7 +862,9 @@ keel__store_close(keel_store *st)
 void
 keel__store_release_forked(keel_store *st)
 {
-    if (!st)
+    /* A remote store's mappings never reach a child (cache.h invariant 5):
+     * its addresses may hold the child's own mappings by now. */
+    if (!st || st->remote)
         return;
     for (uint32_t k = 0; k < st->nseg; k++)
         if (st->seg[k].base)
@@ -880,7 +882,7 @@ keel__store_release_forked(keel_store *st)
         keel__os->unmap(st->live, KEEL_PAGE_SLOT);
     if (st->undo_fd >= 0)
         keel__os->close(st->undo_fd);
-    if (st->fd >= 0 && !st->remote)
+    if (st->fd >= 0)
         keel__os->close(st->fd);
 }
 
