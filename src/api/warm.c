@@ -96,13 +96,6 @@ add_range(void *addr, size_t len, int vectors, void *arg)
     w->ranges[w->n++].len = len;
 }
 
-/* A published index: every written range into its page cache, and then
-** the id table (keel_get and keel_delete read it; a local file's warm
-** leaves it to the system), through the batch-read policy,
-** WARM_STEP_REMOTE bytes at a time (ranges cut at the step, and several
-** small ones in one step); a failed fetch is left to the search that needs
-** the page. With every page in, searches stop announcing theirs
-** (cache.h keel__cache_complete). 0 when stopped. */
 /* keel_stop's question for warm's GETs: has keel__warm_stop asked? */
 static int
 warm_asked_to_stop(void *arg)
@@ -111,6 +104,13 @@ warm_asked_to_stop(void *arg)
     return __atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
 }
 
+/* A published index: every written range into its page cache, and then
+** the id table (keel_get and filters by id read it; a local file's warm
+** leaves it to the system), through the batch-read policy,
+** WARM_STEP_REMOTE bytes at a time (ranges cut at the step, and several
+** small ones in one step); a failed fetch is left to the search that needs
+** the page. With every page in, searches stop announcing theirs
+** (cache.h keel__cache_complete). 0 when stopped. */
 static int
 warm_remote(struct keel_warm *w, keel_cache *remote)
 {

@@ -261,8 +261,8 @@ br_headers(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
     int rc = KEEL_OK;
     for (size_t i = 0; i < n && rc == KEEL_OK;) {
         size_t nw = 0;
-        /* bwant holds 2 (M0 + 1) ranges */
-        for (; i < n && nw < 2 * ((size_t)c->M0 + 1); i++)
+        /* bwant holds 3 (M0 + 1) ranges */
+        for (; i < n && nw < 3 * ((size_t)c->M0 + 1); i++)
             nw = br_want(st, c, nw, keel__pack_slot(e[i]), BR_HDR);
         if (nw)
             rc = keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop);
@@ -387,8 +387,8 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return -1;
         /* A published index: the neighbours' records come with their
-         * vectors, so the read-ahead of the queued ones below finds them in
-         * and costs no round trip of its own (GloVe-340k at 20 ms per
+         * vectors, so it needs no read-ahead of the queued ones below and
+         * waits no round trip of its own (GloVe-340k at 20 ms per
          * request: the 10th result 12% sooner, 1% more GETs). A local file
          * keeps the two batches (measured as they are, doc/batch_reads.md). */
         if (cold) {
@@ -410,7 +410,8 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
             if (c->nres < ef || e < bound) {
                 min_push(c->cand, &c->ncand, e);
                 prefetch_rec(st, s);
-                if (KEEL_BR_AHEAD && cold && c->br)
+                /* (A published index brought the records in above.) */
+                if (KEEL_BR_AHEAD && cold && c->br && !st->remote)
                     nq = br_want(st, c, nq, s, BR_REC);
                 if (accepts(v, acc, s)) {
                     if (c->nres < ef)

@@ -33,7 +33,8 @@ typedef struct keel_search_ctx {
      * reads, NULL while the module is off or the file known resident. */
     keel_br_record *br;
     keel_br_cache brc;
-    keel_br_range *bwant;     /* 2 (M0 + 1) ranges */
+    keel_br_range *bwant;     /* 3 (M0 + 1) ranges: a vector, record and
+                               * slot header per neighbour */
     keel_br_scratch bscratch;
     /* The call this search works for, set by the api layer for one call
      * (NULL: nothing can cancel it): polled where the search brings pages
@@ -91,7 +92,8 @@ size_t keel__search_take(keel_search_ctx *ctx, uint64_t *out);
 ** budget and fall back to an exact scan of the matches (search.c).
 ** KEEL_OK, KEEL_ENOMEM, KEEL_EIO (pages could not be brought in) or
 ** KEEL_ECANCELED (ctx->stop said stop: between expansions, while pages
-** were fetched, or every few thousand vectors of an exact scan). */
+** were fetched, or every SCAN_CHUNK slots of an exact scan while pages
+** are brought in). */
 int keel__search_knn(const keel_graph *gr, const keel_view *v,
                      keel_search_ctx *ctx, const float *q, size_t k,
                      uint32_t ef, const keel_accept *acc, keel_result *out,
