@@ -156,6 +156,8 @@ int keel__stop_poll(keel_stop *s);
 /* Milliseconds a wait may last before the next poll (1..KEEL_STOP_ASK_MS);
 ** UINT32_MAX for s NULL or without fn. */
 uint32_t keel__stop_slice_ms(const keel_stop *s);
+/* Seconds of CLOCK_MONOTONIC. */
+double keel__now_s(void);
 /* Waits on cond (mu held; cond made with CLOCK_MONOTONIC) for at most ms
 ** milliseconds. */
 void keel__cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu,

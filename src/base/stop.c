@@ -17,8 +17,8 @@
 
 #include <time.h>
 
-static double
-now_s(void)
+double
+keel__now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -31,7 +31,7 @@ keel__stop_init(keel_stop *s, keel_cancel_fn fn, void *arg)
     s->fn = fn;
     s->arg = arg;
     s->owner = pthread_self();
-    s->asked = fn ? now_s() : 0;
+    s->asked = fn ? keel__now_s() : 0;
     s->stopped = 0;
 }
 
@@ -44,7 +44,7 @@ keel__stop_poll(keel_stop *s)
         return 1;
     if (!pthread_equal(pthread_self(), s->owner))
         return 0;
-    double t = now_s();
+    double t = keel__now_s();
     if (t - s->asked < KEEL_STOP_ASK_MS / 1000.0)
         return 0;
     s->asked = t;
@@ -61,7 +61,7 @@ keel__stop_slice_ms(const keel_stop *s)
         return UINT32_MAX;
     if (!pthread_equal(pthread_self(), s->owner))
         return KEEL_STOP_ASK_MS; /* stopped is set by the owner's asks */
-    double due = s->asked + KEEL_STOP_ASK_MS / 1000.0 - now_s();
+    double due = s->asked + KEEL_STOP_ASK_MS / 1000.0 - keel__now_s();
     if (due <= 0)
         return 1;
     return KEEL_MIN((uint32_t)(due * 1000.0) + 1, KEEL_STOP_ASK_MS);

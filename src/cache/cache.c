@@ -34,14 +34,6 @@
 
 #define G KEEL_CACHE_GRANULE
 
-static double
-now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* --- granules ----------------------------------------------------------- */
 
 /* Whether granule g holds data in the pinned version (under mu). */
@@ -485,7 +477,7 @@ keel__cache_start(keel_cache *c, uint64_t memory_bytes)
                           "help: free memory or raise the thread limit",
                           c->url);
     c->thread_started = 1;
-    c->polled_at = now_s();
+    c->polled_at = keel__now_s();
     return KEEL_OK;
 }
 
@@ -626,7 +618,7 @@ int
 keel__cache_poll(keel_cache *c, int force, keel_manifest *next)
 {
     memset(next, 0, sizeof *next);
-    double t = now_s();
+    double t = keel__now_s();
     pthread_mutex_lock(&c->mu);
     int due = force || t - c->polled_at >= KEEL_CACHE_POLL_MS / 1000.0;
     if (due)

@@ -117,14 +117,6 @@ typedef struct batch {
     char msg[2048];           /* its message, written by the thread that set rc */
 } batch;
 
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void
 batch_fail(batch *bt, int rc)
 {
@@ -143,7 +135,7 @@ batch_work(batch *bt, keel_search_ctx *c, int reporter)
 {
     const keel_builder *b = bt->b;
     /* A batch asks at its first node, then every 0.05 s. */
-    double last = now_seconds(), asked = bt->n > 1 ? last - 1 : last;
+    double last = keel__now_s(), asked = bt->n > 1 ? last - 1 : last;
     for (;;) {
         uint64_t i = __atomic_fetch_add(&bt->next, 1, __ATOMIC_RELAXED);
         if (i >= bt->n || __atomic_load_n(&bt->rc, __ATOMIC_RELAXED))
@@ -157,7 +149,7 @@ batch_work(batch *bt, keel_search_ctx *c, int reporter)
         uint64_t d = __atomic_add_fetch(&bt->done, 1, __ATOMIC_RELAXED);
         if (!reporter || (!b->progress && !b->cancel))
             continue;
-        double t = now_seconds();
+        double t = keel__now_s();
         if (b->cancel && t - asked >= 0.05) {
             asked = t;
             if (b->cancel(b->cancel_arg)) {
