@@ -165,8 +165,8 @@ bench: $(BUILD)/libkeel.a
 # keel reading GloVe-100 (340k) by URL from a Ceph RADOS Gateway it starts,
 # with 20 ms added to every request by build/s3_proxy: cold starts per
 # overlap setting, warm or not, the cached QPS, and the download-and-load
-# path of a single-file index (bench/remote.sh says how; about an hour;
-# ROUNDS=3 NQ=100 for a shorter run). Writes bench/out/remote/report.md.
+# path of a single-file index (bench/remote.sh says how; 13-15 minutes with
+# the indexes built; ROUNDS=3 NQ=100 for a shorter run). Writes bench/out/remote/report.md.
 bench-remote: $(BUILD)/libkeel.a $(BUILD)/keel $(BUILD)/s3_proxy
 	BUILD=$(BUILD) bash bench/remote.sh
 

@@ -51,8 +51,8 @@
 #   INDEX=$OUT/glove.keel   HNSW=$OUT/glove.hnsw   (built when missing)
 #   GLOVE_DIR=data/glove-100 (tools/glove.sh fetches it when missing)
 #   OUT=bench/out/remote   BUILD=build
-# JSON lines go to $OUT/cold.jsonl and $OUT/cached.jsonl (started afresh),
-# stderr of every process to $OUT/log.
+# JSON lines go to $OUT/cold.jsonl, download.jsonl and cached.jsonl (started
+# afresh), stderr of every process to $OUT/log.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -669,7 +669,7 @@ search_was_cold(keel_index *idx, const float *q, uint32_t ef)
     return advise_calls > calls0;
 }
 
-TEST(after_warm_finished_only_the_first_search_is_cold_again)
+TEST(after_warm_finished_at_most_one_search_is_cold_after_growth)
 {
     test_vecs base = td_load_fvecs("glove-100-10k.base.fvecs");
     test_vecs q = td_load_fvecs("glove-100-10k.query.fvecs");

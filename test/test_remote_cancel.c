@@ -12,6 +12,7 @@
 ** without KEEL_TEST_BUCKET the tests that need the server say so and pass.
 */
 #include "test.h"
+#define OBJSTORE_AREA "test-remote-cancel"
 #include "lib/objstore.h"
 #include "lib/s3proxy.h"
 #include "lib/testdata.h"
@@ -266,8 +267,7 @@ TEST(a_cancel_stops_a_slow_cold_search_and_the_handle_goes_on)
 {
     NEED_SERVER();
     char url[256];
-    snprintf(url, sizeof url, "s3://%s/test-remote-cancel/%d/one", bucket(),
-             (int)getpid());
+    url_of(url, sizeof url, "one");
     keel_index *w = build(test_path("one.keel"), url);
     CHECK(w != NULL);
     char saved[512];
@@ -312,8 +312,7 @@ TEST(a_callback_that_never_stops_is_asked_and_changes_nothing)
 {
     NEED_SERVER();
     char url[256];
-    snprintf(url, sizeof url, "s3://%s/test-remote-cancel/%d/never", bucket(),
-             (int)getpid());
+    url_of(url, sizeof url, "never");
     keel_index *w = build(test_path("never.keel"), url);
     CHECK(w != NULL);
     char saved[512];
@@ -359,12 +358,11 @@ alike_main(void *arg)
     return NULL;
 }
 
-TEST(threads_searching_alike_fetch_each_page_once)
+TEST(threads_searching_alike_fetch_about_what_one_search_does)
 {
     NEED_SERVER();
     char url[256];
-    snprintf(url, sizeof url, "s3://%s/test-remote-cancel/%d/alike",
-             bucket(), (int)getpid());
+    url_of(url, sizeof url, "alike");
     keel_index *w = build(test_path("alike.keel"), url);
     CHECK(w != NULL);
     char saved[512];

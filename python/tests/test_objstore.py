@@ -219,7 +219,7 @@ def test_ctrl_c_stops_a_slow_cold_search(tmp_path, monkeypatch, slow_proxy,
                           (done - t0) * 1000))
         # One poll slice (0.05 s) plus one request in flight, and room.
         assert late < 0.05 + DELAY + 0.35, late
-        # The reader goes on: right answers, at full speed again.
+        # The reader goes on, with the right answers.
         slow_proxy.delay = 0
         same_answers(w, r, q[:20])
         ids, dists = r.search_batch(q, 10)
