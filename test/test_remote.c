@@ -89,21 +89,7 @@ same_results(keel_index *a, keel_index *b, uint64_t seed,
              const keel_search_params *p)
 {
     float *q = td_random(NQ, DIM, seed);
-    int same = 1;
-    for (int i = 0; i < NQ && same; i++) {
-        keel_result ra[K], rb[K];
-        size_t na = 0, nb = 0;
-        int x = keel_search(a, q + i * DIM, K, p, ra, &na);
-        int y = keel_search(b, q + i * DIM, K, p, rb, &nb);
-        if (x || y || na != nb || na == 0) {
-            fprintf(stderr, "  search %d: rc %d/%d, n %zu/%zu: %s\n", i, x, y,
-                    na, nb, keel_errmsg());
-            same = 0;
-        }
-        for (size_t j = 0; same && j < na; j++)
-            same = ra[j].id == rb[j].id &&
-                   memcmp(&ra[j].distance, &rb[j].distance, 4) == 0;
-    }
+    int same = td_same_answers(a, b, q, NQ, DIM, K, p);
     free(q);
     return same;
 }

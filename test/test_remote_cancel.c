@@ -129,21 +129,7 @@ static int
 same_results(keel_index *w, keel_index *r, const float *q, size_t nq,
              const keel_search_params *p)
 {
-    for (size_t i = 0; i < nq; i++) {
-        keel_result a[K], b[K];
-        size_t na = 0, nb = 0;
-        int x = keel_search(w, q + i * DIM, K, p, a, &na);
-        int y = keel_search(r, q + i * DIM, K, p, b, &nb);
-        if (x || y || na != nb || na == 0) {
-            fprintf(stderr, "  query %zu: rc %d/%d, n %zu/%zu: %s\n", i, x, y,
-                    na, nb, keel_errmsg());
-            return 0;
-        }
-        for (size_t j = 0; j < na; j++)
-            if (a[j].id != b[j].id || memcmp(&a[j].distance, &b[j].distance, 4))
-                return 0;
-    }
-    return 1;
+    return td_same_answers(w, r, q, nq, DIM, K, p);
 }
 
 /* Every granule r's cache holds in memory hashes to its manifest entry

@@ -144,30 +144,7 @@ static int
 same_results(keel_index *a, keel_index *b, uint64_t seed)
 {
     float *q = td_random(NQ, DIM, seed);
-    int same = 1;
-    for (int i = 0; i < NQ && same; i++) {
-        keel_result ra[K], rb[K];
-        size_t na = 0, nb = 0;
-        int x = keel_search(a, q + i * DIM, K, NULL, ra, &na);
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", keel_errmsg());
-        int y = keel_search(b, q + i * DIM, K, NULL, rb, &nb);
-        if (x || y || na != nb || na == 0) {
-            fprintf(stderr, "  search %d: rc %d/%d, n %zu/%zu: %s%s\n", i, x,
-                    y, na, nb, msg, keel_errmsg());
-            same = 0;
-        }
-        for (size_t j = 0; same && j < na; j++)
-            if (ra[j].id != rb[j].id ||
-                memcmp(&ra[j].distance, &rb[j].distance, 4) != 0) {
-                fprintf(stderr, "  search %d, result %zu: id %llu/%llu, "
-                        "distance %.9g/%.9g\n", i, j,
-                        (unsigned long long)ra[j].id,
-                        (unsigned long long)rb[j].id, ra[j].distance,
-                        rb[j].distance);
-                same = 0;
-            }
-    }
+    int same = td_same_answers(a, b, q, NQ, DIM, K, NULL);
     free(q);
     return same;
 }

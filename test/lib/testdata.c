@@ -197,3 +197,35 @@ td_vec_embed(uint64_t id, uint32_t dim, float *out)
         out[c] = (float)x;
     }
 }
+
+int
+td_same_answers(keel_index *a, keel_index *b, const float *q, size_t nq,
+                uint32_t dim, size_t k, const keel_search_params *p)
+{
+    if (k > 64)
+        return 0;
+    for (size_t i = 0; i < nq; i++) {
+        keel_result ra[64], rb[64];
+        size_t na = 0, nb = 0;
+        int x = keel_search(a, q + i * dim, k, p, ra, &na);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", x ? keel_errmsg() : "");
+        int y = keel_search(b, q + i * dim, k, p, rb, &nb);
+        if (x || y || na != nb || na == 0) {
+            fprintf(stderr, "  query %zu: rc %d/%d, n %zu/%zu: %s%s\n", i, x,
+                    y, na, nb, msg, y ? keel_errmsg() : "");
+            return 0;
+        }
+        for (size_t j = 0; j < na; j++)
+            if (ra[j].id != rb[j].id ||
+                memcmp(&ra[j].distance, &rb[j].distance, 4) != 0) {
+                fprintf(stderr, "  query %zu, result %zu: id %llu/%llu, "
+                        "distance %.9g/%.9g\n", i, j,
+                        (unsigned long long)ra[j].id,
+                        (unsigned long long)rb[j].id, ra[j].distance,
+                        rb[j].distance);
+                return 0;
+            }
+    }
+    return 1;
+}

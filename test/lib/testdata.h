@@ -45,7 +45,12 @@ float *td_random(size_t n, uint32_t dim, uint64_t seed);
 unsigned char *td_read_file(const char *path, size_t *len);
 int td_write_file(const char *path, const void *data, size_t len);
 
-
+/* 1 when a and b answer the nq queries at q (dim floats each) alike: the
+** same number of results (at least one), the same ids and the same
+** distance bits, with params p (may be NULL) and at most 64 results each.
+** Says on stderr where they first differ. */
+int td_same_answers(keel_index *a, keel_index *b, const float *q, size_t nq,
+                    uint32_t dim, size_t k, const keel_search_params *p);
 
 /* The vector a test gives id `id`: a fixed function of the id, so any
 ** process can check a result's distance without sharing data. */
