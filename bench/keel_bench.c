@@ -269,6 +269,8 @@ cmd_build(const opts *o)
         opt.metric = KEEL_COSINE;
     else if (strcmp(o->metric, "l2") != 0)
         usage();
+    if (getenv("BENCH_CODES") && strcmp(getenv("BENCH_CODES"), "i8") == 0)
+        opt.codes = KEEL_CODES_I8;
     if (strcmp(o->precision, "f16") == 0)
         opt.precision = KEEL_F16;
     else if (strcmp(o->precision, "f32") != 0)

@@ -83,7 +83,7 @@ TEST(tables_listed)
     const keel_kernels *k = keel__kernels();
     int found = 0;
 
-    CHECK(n >= 1 && n <= 4);
+    CHECK(n >= 1 && n <= 5);
     CHECK(strcmp(all[n - 1]->name, "scalar") == 0);
     CHECK(keel__kernels() == k);
     for (size_t i = 0; i < n; i++) {
@@ -94,6 +94,7 @@ TEST(tables_listed)
             CHECK(all[i]->l2sq[p] && all[i]->dot[p]);
             CHECK(all[i]->l2sq4[p] && all[i]->dot4[p]);
         }
+        CHECK(all[i]->code_dot != NULL);
     }
     CHECK(getenv("KEEL_KERNELS") || k == all[0]);
     CHECK_EQ(found, 1);
@@ -152,6 +153,39 @@ fill(uint64_t *rs, uint32_t dim, float scale, float *q, float *v,
         v[i] = test_randf(rs) * scale;
         h[i] = keel__f32_to_f16(test_randf(rs) * scale);
         w[i] = keel__f16_to_f32(h[i]);
+    }
+}
+
+/* dist.h invariant (4): every table's code_dot is the exact integer sum,
+** at every dim from 1 to 70 and the big ones, at the extremes (255 x -128
+** would be the worst; codes stop at -127) and on random bytes, with the
+** pointers off alignment by one. */
+TEST(code_dot_is_exact_in_every_table)
+{
+    size_t nt = 0;
+    const keel_kernels *const *all = keel__kernels_all(&nt);
+    static uint8_t qu[MAX_DIM + 2];
+    static int8_t c[MAX_DIM + 2];
+    uint64_t rs = 7;
+    for (int trial = 0; trial < 3; trial++) {
+        uint32_t dim;
+        for (size_t d = 0; (dim = dim_at(d)) != 0; d++) {
+            size_t off = (size_t)(trial & 1);
+            for (uint32_t i = 0; i < dim; i++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                qu[off + i] = trial == 2 ? 255 : (uint8_t)(rs >> 33);
+                c[off + i] = trial == 2 ? -127
+                                        : (int8_t)((int)(rs >> 45 & 0xFF) % 255 - 127);
+            }
+            int64_t ref = 0;
+            for (uint32_t i = 0; i < dim; i++)
+                ref += (int64_t)qu[off + i] * c[off + i];
+            for (size_t t = 0; t < nt; t++) {
+                int32_t got = all[t]->code_dot(qu + off, c + off, dim);
+                CHECK_MSG(got == ref, "%s code_dot dim %u trial %d: %d vs %lld",
+                          all[t]->name, dim, trial, got, (long long)ref);
+            }
+        }
     }
 }
 

@@ -82,12 +82,13 @@ TEST(a_closed_file_is_at_most_one_segment_longer_than_its_data)
     static const uint32_t dims[] = {1, 24, 100, 384, 768, 1536, 4096};
     static const uint32_t ms[] = {4, 16, 64};
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
-        for (int prec = 0; prec < 2; prec++)
+        for (int prec = 0; prec < 4; prec++)
             for (size_t m = 0; m < sizeof ms / sizeof ms[0]; m++) {
                 keel_header h;
                 keel_geometry g;
                 keel_seg_layout L;
-                keel__header_new(&h, dims[d], ms[m], 0, prec);
+                /* prec bit 0: f16; bit 1: traversal codes */
+                keel__header_new(&h, dims[d], ms[m], 0, prec & 1, prec >> 1);
                 keel__geometry_init(&g, &h);
                 keel__seg_layout(&g, h.seg_doublings, &L);
                 if (L.slots > 1024 && L.bytes > (32u << 20) + 65536)

@@ -163,6 +163,10 @@ check_options(const keel_options *o)
     NEED((unsigned)o->precision <= KEEL_F16,
          "precision is %d, but has to be KEEL_F32 (0) or KEEL_F16 (1)\nhelp: "
          "KEEL_F16 halves the file at a small cost in recall", (int)o->precision);
+    NEED((unsigned)o->codes <= KEEL_CODES_I8,
+         "codes is %d, but has to be KEEL_CODES_NONE (0) or KEEL_CODES_I8 "
+         "(1)\nhelp: KEEL_CODES_I8 makes searches faster at equal recall for "
+         "a fourth more bytes per vector", (int)o->codes);
     NEED(o->max_connections != 1 && o->max_connections <= KEEL_MAX_M,
          "max_connections is %u, but has to be between 2 and 32,767\nhelp: 16 "
          "suits most indexes; 32 gives higher recall for more memory",
@@ -323,6 +327,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         .M = opt && opt->max_connections ? opt->max_connections : 16,
         .metric = opt ? (int)opt->metric : KEEL_L2,
         .precision = opt ? (int)opt->precision : KEEL_F32,
+        .codes = opt ? (int)opt->codes : KEEL_CODES_NONE,
         .have_options = opt != NULL && !(opt->flags & KEEL_FILE_OPTIONS),
     };
     /* A symbolic link is followed once, here: compaction then replaces the
@@ -353,7 +358,9 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
     if (!memory)
         keel__remove_leftovers(path); /* we hold the writer lock */
     keel__index_attach(idx, st);
-    idx->conv = keel__malloc((size_t)idx->dim * 4 * 2);
+    /* Three vectors of scratch and a code row (api.h). */
+    idx->conv = keel__malloc((size_t)idx->dim * 4 * 3 +
+                             keel__code_row_bytes(idx->dim));
     if (!idx->conv) {
         index_free(idx);
         return KEEL_ENOMEM;
@@ -657,7 +664,13 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         }
         to_stored(idx, vecs + i * idx->dim, idx->conv + idx->dim, idx->conv);
         uint64_t id = ids ? ids[i] : first_auto + i;
-        keel__store_write_slot(st, slot, id, idx->conv + idx->dim, level, ref);
+        uint8_t *code = (uint8_t *)(idx->conv + 3 * (size_t)idx->dim);
+        if (st->g.code_bytes)
+            keel__code_encode_stored(idx->conv + idx->dim, idx->precision,
+                                     idx->dim, idx->conv + 2 * idx->dim, code,
+                                     st->g.code_bytes);
+        keel__store_write_slot(st, slot, id, idx->conv + idx->dim, code, level,
+                               ref);
     }
     keel_search_ctx *c = keel__ctx_get(idx);
     if (!c) {

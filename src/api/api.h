@@ -22,7 +22,8 @@ struct keel_index {
     int metric, precision;
     uint32_t ef_search, ef_construction, threads;
     unsigned flags;            /* KEEL_WARM | KEEL_HUGE_PAGES (atomic) */
-    float *conv;               /* writer: 2 * dim floats of scratch */
+    float *conv;               /* writer: 3 * dim floats of scratch, then
+                                  a traversal code row */
     keel_progress_fn progress;
     void *progress_arg;
     keel_cancel_fn cancel;

@@ -124,7 +124,9 @@ copy_commit(backup *b)
             continue;
         if ((rc = copy_range(b, off, n * KEEL_SLOT_HDR_BYTES, 1)) ||
             (rc = copy_range(b, off + L.vec_off, n * g->vec_bytes, 0)) ||
-            (rc = copy_range(b, off + L.rec_off, n * g->rec_bytes, 0)))
+            (rc = copy_range(b, off + L.rec_off, n * g->rec_bytes, 0)) ||
+            (L.code_off &&
+             (rc = copy_range(b, off + L.code_off, n * g->code_bytes, 0))))
             return rc;
     }
     uint32_t used_chunk = (uint32_t)(h->heap_used >> 32);

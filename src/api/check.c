@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "hnsw/codes.h"
 #include "hnsw/dist.h"
 #include "store/store.h"
 
@@ -30,6 +31,7 @@ keel__store_stats(keel_store *st, keel_stats *out)
     out->dim = st->g.dim;
     out->metric = (keel_metric)st->metric;
     out->precision = (keel_precision)st->precision;
+    out->codes = st->g.code_bytes ? KEEL_CODES_I8 : KEEL_CODES_NONE;
     out->max_connections = st->g.M;
     if (st->writer) {
         out->slots = v.count;
@@ -107,6 +109,14 @@ check_slot(keel_store *st, const keel_header *h, const keel_view *v,
     if (st->metric == KEEL_COSINE && fabs(norm - 1.0) > 0.02)
         return KEEL_CORRUPT("slot %llu of a cosine index has length %g, not 1",
                             (unsigned long long)s, sqrt(norm));
+    if (st->g.code_bytes) {
+        /* codes.h (1): the row is the stored vector's, byte for byte. */
+        uint8_t *row = (uint8_t *)(buf + st->g.dim);
+        keel__code_encode(f, st->g.dim, row, st->g.code_bytes);
+        if (memcmp(row, keel__store_code(st, s), st->g.code_bytes) != 0)
+            return KEEL_CORRUPT("slot %llu's traversal code row does not "
+                                "match its vector", (unsigned long long)s);
+    }
     uint64_t head = KEEL_LOAD_RELAXED(keel__store_rec(st, s));
     uint32_t level = (uint32_t)(head & 0xFF);
     if (level > h->max_level || (head >> 8 & 0xFF))
@@ -193,7 +203,8 @@ check_commit(keel_store *st, keel_header *h)
                                 "layer %u", h->entry, (unsigned)(e & 0xFF),
                                 h->max_level);
     }
-    float *buf = keel__malloc(st->g.dim * sizeof(float));
+    /* A vector widened to f32, then a code row. */
+    float *buf = keel__malloc(st->g.dim * sizeof(float) + st->g.code_bytes);
     u64set ids = {0};
     uint64_t cap = 16;
     while (cap < h->count * 2)
@@ -275,6 +286,9 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
             break;
         uint64_t used = KEEL_MIN(limit - first, s->slots);
         fn(KEEL_LOAD_RELAXED(&s->recs), (size_t)(used * st->g.rec_bytes), 0, arg);
+        if (st->g.code_bytes) /* the walk's rows, before the vectors */
+            fn(KEEL_LOAD_RELAXED(&s->codes),
+               (size_t)(used * st->g.code_bytes), 0, arg);
         fn(KEEL_LOAD_RELAXED(&s->vecs), (size_t)(used * st->g.vec_bytes), 1, arg);
         fn(KEEL_LOAD_RELAXED(&s->hdrs), (size_t)(used * KEEL_SLOT_HDR_BYTES), 0,
            arg);

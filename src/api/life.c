@@ -110,7 +110,10 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
         uint32_t level = keel__graph_level(ngr, to);
         if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
             return rc;
-        keel__store_write_slot(nw, to, id, keel__store_vec(old, s), level, ref);
+        keel__store_write_slot(nw, to, id, keel__store_vec(old, s),
+                               old->g.code_bytes ? keel__store_code(old, s)
+                                                 : NULL,
+                               level, ref);
         if ((rc = keel__store_id_insert(nw, id, to)))
             return rc;
         to++;
@@ -161,6 +164,8 @@ keel_compact(keel_index *idx)
         keel__os->unlink(tmp);
     keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
                            .metric = old->metric, .precision = old->precision,
+                           .codes = old->g.code_bytes ? KEEL_CODES_I8
+                                                      : KEEL_CODES_NONE,
                            .have_options = 1};
     memcpy(p.identity, keel__store_identity(old), KEEL_IDENTITY_BYTES);
     if ((rc = keel__store_open_writer(tmp, &p, &nw)))

@@ -293,11 +293,21 @@ dot4_f16(const float *q, const void *const v[4], uint32_t dim, float out[4])
         out[i] = dot_f16(q, v[i], dim);
 }
 
+static int32_t
+code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    int32_t s = 0;
+    for (uint32_t i = 0; i < dim; i++)
+        s += (int32_t)qu[i] * c[i];
+    return s;
+}
+
 static const keel_kernels kernels_scalar = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
+    code_dot,
     "scalar",
 };
 
@@ -305,7 +315,7 @@ static const keel_kernels kernels_scalar = {
 
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static const keel_kernels *chosen;
-static const keel_kernels *runnable[4];
+static const keel_kernels *runnable[5];
 static size_t n_runnable;
 static void (*to_f16_n)(const float *, uint16_t *, size_t);
 static void (*to_f32_n)(const uint16_t *, float *, size_t);
@@ -372,6 +382,8 @@ choose(void)
                      __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512vl");
+        if (avx512 && __builtin_cpu_supports("avx512vnni"))
+            runnable[n++] = &keel__kernels_avx512_vnni;
         if (avx512)
             runnable[n++] = &keel__kernels_avx512;
         if (avx2) {

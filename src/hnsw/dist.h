@@ -15,6 +15,8 @@
 **       bits as the single kernel would: grouping only shares query loads.
 **   (3) The table never changes once chosen, so distances computed by the
 **       graph walk and by an exact scan of the same pair are identical.
+**   (4) code_dot is integer arithmetic without overflow (dim <= 4096 terms
+**       of at most 255 x 128): every table returns the same value.
 ** dim is 1..4096; there is no alignment requirement on either pointer.
 */
 #ifndef KEEL_DIST_H
@@ -29,11 +31,18 @@ typedef float (*keel_dist_fn)(const float *q, const void *v, uint32_t dim);
 typedef void (*keel_dist4_fn)(const float *q, const void *const v[4],
                               uint32_t dim, float out[4]);
 
+/* The integer dot product of a query's unsigned bytes and a code row's
+** signed bytes (traversal codes, hnsw/codes.h): exact, so every table gives
+** the same value. */
+typedef int32_t (*keel_code_dot_fn)(const uint8_t *qu, const int8_t *c,
+                                    uint32_t dim);
+
 typedef struct keel_kernels {
     keel_dist_fn l2sq[2];   /* [KEEL_F32], [KEEL_F16]: sum of (q-v)^2 */
     keel_dist_fn dot[2];    /* [KEEL_F32], [KEEL_F16]: sum of q*v */
     keel_dist4_fn l2sq4[2];
     keel_dist4_fn dot4[2];
+    keel_code_dot_fn code_dot;
     const char *name;       /* "avx512", "avx2", "neon" or "scalar" */
 } keel_kernels;
 

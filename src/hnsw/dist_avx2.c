@@ -237,11 +237,34 @@ dot4_f16(const float *q, const void *const v[4], uint32_t dim, float out[4])
     kernel4(q, v, dim, out, 1, 1);
 }
 
+/* 16 bytes at a time widened to 16-bit lanes: madd adds pairs of
+** products of at most 255 x 128 into 32-bit lanes, no saturation. */
+static int32_t
+code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    __m256i acc = _mm256_setzero_si256();
+    uint32_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(qu + i)));
+        __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(c + i)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc),
+                              _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    int32_t sum = _mm_cvtsi128_si32(s);
+    for (; i < dim; i++)
+        sum += (int32_t)qu[i] * c[i];
+    return sum;
+}
+
 const keel_kernels keel__kernels_avx2 = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
+    code_dot,
     "avx2",
 };
 

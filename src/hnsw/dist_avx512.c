@@ -202,10 +202,59 @@ dot4_f16(const float *q, const void *const v[4], uint32_t dim, float out[4])
     kernel4(q, v, dim, out, 1, 1);
 }
 
+/* 32 bytes at a time widened to 16-bit lanes (AVX-512 BW); the tail
+** masked, so no byte past dim is read. */
+static int32_t
+code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    __m512i acc = _mm512_setzero_si512();
+    uint32_t i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(qu + i)));
+        __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(c + i)));
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+    }
+    if (i < dim) {
+        __mmask32 m = (__mmask32)(0xFFFFFFFFu >> (32 - (dim - i)));
+        __m512i a = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, qu + i));
+        __m512i b = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, c + i));
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+    }
+    return _mm512_reduce_add_epi32(acc);
+}
+
+/* VNNI: 64 byte products summed into 32-bit lanes per instruction; the
+** sums stay far below 2^31 (dist.h invariant 4). */
+__attribute__((target("avx512vnni"))) static int32_t
+code_dot_vnni(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    __m512i acc = _mm512_setzero_si512();
+    uint32_t i = 0;
+    for (; i + 64 <= dim; i += 64)
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(qu + i),
+                                  _mm512_loadu_si512(c + i));
+    if (i < dim) {
+        __mmask64 m = (__mmask64)(~0ull >> (64 - (dim - i)));
+        acc = _mm512_dpbusd_epi32(acc, _mm512_maskz_loadu_epi8(m, qu + i),
+                                  _mm512_maskz_loadu_epi8(m, c + i));
+    }
+    return _mm512_reduce_add_epi32(acc);
+}
+
 const keel_kernels keel__kernels_avx512 = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
+    code_dot,
     "avx512",
+};
+
+const keel_kernels keel__kernels_avx512_vnni = {
+    {l2sq_f32, l2sq_f16},
+    {dot_f32, dot_f16},
+    {l2sq4_f32, l2sq4_f16},
+    {dot4_f32, dot4_f16},
+    code_dot_vnni,
+    "avx512-vnni",
 };

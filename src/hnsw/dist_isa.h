@@ -13,6 +13,8 @@
 #if defined(__x86_64__)
 extern const keel_kernels keel__kernels_avx2;
 extern const keel_kernels keel__kernels_avx512;
+/* The avx512 table with VNNI's byte dot products for traversal codes. */
+extern const keel_kernels keel__kernels_avx512_vnni;
 /* Bulk conversions with F16C; the same bits as the scalar ones. Run only on
 ** a CPU with AVX and F16C. */
 void keel__f32_to_f16_n_f16c(const float *src, uint16_t *dst, size_t n);

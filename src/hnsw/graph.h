@@ -26,6 +26,8 @@ typedef struct keel_graph {
     keel_store *st;
     keel_dist_fn dist;        /* internal distance sum for the metric */
     keel_dist4_fn dist4;
+    keel_code_dot_fn code_dot; /* traversal codes' dot product */
+    int codes;                /* 1: the file has code rows (codes.h) */
     int metric, precision;
     uint32_t dim, M, M0;
     double level_mult;        /* 1 / ln(M) */

@@ -48,6 +48,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->gdist = keel__malloc((gr->M0 + 1) * sizeof *c->gdist);
     c->qbuf = keel__malloc(gr->dim * sizeof(float));
     c->vbuf = keel__malloc(gr->dim * sizeof(float));
+    c->cq.qu = keel__malloc(gr->dim);
     c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
     c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     c->link.flags = keel__malloc(2 * (size_t)gr->M0 + 2);
@@ -58,7 +59,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     /* A neighbour's vector, record and slot header (br_vectors). */
     c->bwant = keel__malloc(3 * ((size_t)gr->M0 + 1) * sizeof *c->bwant);
-    if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->link.cand || !c->link.keep ||
+    if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->link.cand || !c->link.keep ||
         !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
         return NULL;
@@ -80,6 +81,7 @@ keel__search_ctx_free(keel_search_ctx *c)
     keel__free(c->gdist);
     keel__free(c->qbuf);
     keel__free(c->vbuf);
+    keel__free(c->cq.qu);
     keel__free(c->link.cand);
     keel__free(c->link.keep);
     keel__free(c->link.flags);
@@ -141,6 +143,22 @@ prefetch_vec(const keel_graph *gr, const void *p, int l1)
 /* Every line of slot s's level-0 record (136 bytes at M = 16: up to three
 ** lines, as records are not line-aligned); prefetching only the first left
 ** the list's tail a cache miss when the candidate was expanded. */
+/* A code row whole (two lines at 100 dimensions, thirteen at 784): rows
+** are line-aligned and far shorter than vectors, so all of it is asked for
+** at once. */
+static inline void
+prefetch_code(const keel_graph *gr, const void *p, int l1)
+{
+    const char *c = p;
+    uint32_t bytes = gr->st->g.code_bytes;
+    if (l1)
+        for (uint32_t i = 0; i < bytes; i += 64)
+            __builtin_prefetch(c + i, 0, 3);
+    else
+        for (uint32_t i = 0; i < bytes; i += 64)
+            __builtin_prefetch(c + i, 0, 2);
+}
+
 static inline void
 prefetch_rec(const keel_store *st, uint32_t s)
 {
@@ -163,8 +181,8 @@ prefetch_rec_l1(const keel_store *st, uint32_t s)
 
 /* --- cold pages (batch_reads.h) ------------------------------------------ */
 
-/* What of a slot to bring in. */
-enum { BR_VEC, BR_REC, BR_HDR };
+/* What of a slot to bring in (BR_CODE: its code row). */
+enum { BR_VEC, BR_REC, BR_HDR, BR_CODE };
 
 /* Adds slot s's vector, level-0 record or slot header (id) to the ranges
 ** to bring in, unless known resident. */
@@ -179,9 +197,11 @@ br_want(const keel_store *st, keel_search_ctx *c, size_t nw, uint32_t s,
         return nw;
     const uint8_t *p = what == BR_REC ? (const uint8_t *)keel__store_rec(st, s)
                      : what == BR_VEC ? (const uint8_t *)keel__store_vec(st, s)
+                     : what == BR_CODE ? keel__store_code(st, s)
                      : KEEL_LOAD_RELAXED(&sg->hdrs) + i * 16;
     uint64_t n = what == BR_REC ? st->g.rec_bytes
-               : what == BR_VEC ? st->g.vec_bytes : 16;
+               : what == BR_VEC ? st->g.vec_bytes
+               : what == BR_CODE ? st->g.code_bytes : 16;
     return keel__br_want(c->br, c->bwant, nw, p, n, base, sg->off, sg->bytes);
 }
 
@@ -219,8 +239,9 @@ br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
     if (br_stopped(c))
         return -2;
     size_t nw = 0;
+    int vec = c->coded ? BR_CODE : BR_VEC;
     for (uint32_t j = 0; j < ng; j++) {
-        nw = br_want(st, c, nw, c->gather[j], BR_VEC);
+        nw = br_want(st, c, nw, c->gather[j], vec);
         if (recs)
             nw = br_want(st, c, nw, c->gather[j], BR_REC);
     }
@@ -242,7 +263,9 @@ br_slot(const keel_store *st, keel_search_ctx *c, uint32_t s, unsigned what)
     if (br_stopped(c))
         return -2;
     size_t nw = 0;
-    for (int k = BR_VEC; k <= BR_HDR; k++)
+    if (c->coded && (what & 1u << BR_VEC))
+        what = (what & ~(1u << BR_VEC)) | 1u << BR_CODE;
+    for (int k = BR_VEC; k <= BR_CODE; k++)
         if (what >> k & 1)
             nw = br_want(st, c, nw, s, k);
     int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
@@ -250,11 +273,12 @@ br_slot(const keel_store *st, keel_search_ctx *c, uint32_t s, unsigned what)
     return br_result(c, rc);
 }
 
-/* Brings in the slot headers of n slots (packed entries of c->res or of
-** a result list), whose ids are read next: one round trip for all. */
+/* Brings in `what` (BR_HDR: slot headers, whose ids are read next; BR_VEC:
+** vectors, measured next) of n slots (packed entries of c->res or of a
+** result list): one round trip for all. */
 KEEL_COLD static int
-br_headers(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
-           size_t n)
+br_slots(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
+         size_t n, int what)
 {
     if (br_stopped(c))
         return -2;
@@ -263,11 +287,51 @@ br_headers(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
         size_t nw = 0;
         /* bwant holds 3 (M0 + 1) ranges */
         for (; i < n && nw < 3 * ((size_t)c->M0 + 1); i++)
-            nw = br_want(st, c, nw, keel__pack_slot(e[i]), BR_HDR);
+            nw = br_want(st, c, nw, keel__pack_slot(e[i]), what);
         if (nw)
             rc = keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop);
     }
     return br_result(c, rc);
+}
+
+/* The walk's distance to slot s: on its code row while c->coded, else on
+** its stored vector. */
+static inline float
+walk_dist(const keel_graph *gr, const keel_search_ctx *c, const float *q,
+          uint32_t s, const int coded)
+{
+    if (coded)
+        return keel__code_dist(gr->code_dot, &c->cq,
+                               keel__store_code(gr->st, s), gr->dim);
+    return keel__graph_dist(gr, q, keel__store_vec(gr->st, s));
+}
+
+/* The walk's distances to the n gathered rows or vectors in v. */
+static inline void
+walk_dist_group(const keel_graph *gr, const keel_search_ctx *c,
+                const float *q, const void *const *v, uint32_t n, float *out,
+                const int coded)
+{
+    if (!coded) {
+        keel__graph_dist_group(gr, q, v, n, out);
+        return;
+    }
+    for (uint32_t j = 0; j < n; j++)
+        out[j] = keel__code_dist(gr->code_dot, &c->cq, v[j], gr->dim);
+}
+
+/* Where the walk reads slot s: its code row or its vector; prefetched. */
+static inline const void *
+walk_row(const keel_graph *gr, uint32_t s, int l1, const int coded)
+{
+    if (coded) {
+        const uint8_t *row = keel__store_code(gr->st, s);
+        prefetch_code(gr, row, l1);
+        return row;
+    }
+    const void *vec = keel__store_vec(gr->st, s);
+    prefetch_vec(gr, vec, l1);
+    return vec;
 }
 
 uint32_t
@@ -280,7 +344,8 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
     if (KEEL_UNLIKELY(ctx->br) &&
         br_slot(gr->st, ctx, cur, 1u << BR_REC | 1u << BR_VEC))
         return KEEL_EMPTY;
-    float best = keel__graph_dist(gr, q, keel__store_vec(gr->st, cur));
+    const int coded = ctx->coded;
+    float best = walk_dist(gr, ctx, q, cur, coded);
     ctx->ndist++;
     for (uint32_t level = from; level > to; level--) {
         for (int changed = 1; changed;) {
@@ -298,10 +363,8 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
                 uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
                 if (s == KEEL_EMPTY || skip_slot(v, s))
                     continue;
-                const void *vec = keel__store_vec(gr->st, s);
                 ctx->gather[ng] = s;
-                ctx->gvec[ng++] = vec;
-                prefetch_vec(gr, vec, c_l1);
+                ctx->gvec[ng++] = walk_row(gr, s, c_l1, coded);
             }
             /* A published index: the neighbours' records in the same
              * batch, since the next step reads the record of whichever is
@@ -313,7 +376,7 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
                     ? br_vectors(gr->st, ctx, ng, 0, gr->st->remote != NULL)
                     : KEEL_UNLIKELY(ctx->stop) && br_stopped(ctx))
                 return KEEL_EMPTY;
-            keel__graph_dist_group(gr, q, ctx->gvec, ng, ctx->gdist);
+            walk_dist_group(gr, ctx, q, ctx->gvec, ng, ctx->gdist, coded);
             ctx->ndist += ng;
             for (uint32_t j = 0; j < ng; j++)
                 if (ctx->gdist[j] < best) {
@@ -326,14 +389,16 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
     return cur;
 }
 
-/* The walk of keel__search_layer, compiled twice: cold (c->br or c->stop
-** set: pages to bring in, a call to poll) and hot (neither), so a search
-** of a file in memory runs a loop with none of the cold path's tests
-** (measured: those tests cost 2-3% QPS on GloVe-100 10k). */
+/* The walk of keel__search_layer, compiled four times: cold (c->br or
+** c->stop set: pages to bring in, a call to poll) and hot (neither), so a
+** search of a file in memory runs a loop with none of the cold path's
+** tests (measured: those tests cost 2-3% QPS on GloVe-100 10k); on code
+** rows (c->coded) or on the stored vectors. */
 static inline __attribute__((always_inline)) int
 layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
            const float *q, uint32_t entry, uint32_t level, uint32_t ef,
-           const keel_accept *acc, uint64_t budget, const int cold)
+           const keel_accept *acc, uint64_t budget, const int cold,
+           const int coded)
 {
     if (visited_reset(c, v->limit) ||
         heap_grow(&c->res, &c->res_cap, (size_t)ef + 1) ||
@@ -353,7 +418,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         if (brc)
             return brc;
     }
-    float d0 = keel__graph_dist(gr, q, keel__store_vec(st, entry));
+    float d0 = walk_dist(gr, c, q, entry, coded);
     c->ndist++;
     visit(c, entry);
     min_push(c->cand, &c->ncand, keel__pack(d0, entry));
@@ -379,10 +444,8 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
             uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
             if (s == KEEL_EMPTY || skip_slot(v, s) || visit(c, s))
                 continue;
-            const void *vec = keel__store_vec(st, s);
             c->gather[ng] = s;
-            c->gvec[ng++] = vec;
-            prefetch_vec(gr, vec, l1);
+            c->gvec[ng++] = walk_row(gr, s, l1, coded);
         }
         if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return -1;
@@ -402,7 +465,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         /* Four at a time: the query is loaded once for the four, four
          * streams of vector data are in flight, and the kernel is called a
          * quarter as often (measured: +20-25% QPS at 100 and 784 dims). */
-        keel__graph_dist_group(gr, q, c->gvec, ng, c->gdist);
+        walk_dist_group(gr, c, q, c->gvec, ng, c->gdist, coded);
         for (uint32_t j = 0; j < ng; j++) {
             uint32_t s = c->gather[j];
             float d = c->gdist[j];
@@ -441,9 +504,14 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
                    uint32_t level, uint32_t ef, const keel_accept *acc,
                    uint64_t budget)
 {
+    if (c->coded) {
+        if (KEEL_UNLIKELY(c->br || c->stop))
+            return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 1, 1);
+        return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 0, 1);
+    }
     if (KEEL_UNLIKELY(c->br || c->stop))
-        return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 1);
-    return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 0);
+        return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 1, 0);
+    return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 0, 0);
 }
 
 /* --- allow-lists ------------------------------------------------------- */
@@ -623,6 +691,35 @@ estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
     return *frac * (double)n;
 }
 
+/* A walk on code rows: its nodes' distances measured again on their stored
+** vectors, so the k returned are the nearest of the walk's ef by true
+** distance, and each distance is what an exact scan gives (dist.h (3)).
+** c->res stops being a heap: keel__search_take sorts it. 0 or -1/-2. */
+static int
+measure_exactly(const keel_graph *gr, keel_search_ctx *c, const float *q)
+{
+    if (c->br) {
+        int rc = br_slots(gr->st, c, c->res, c->nres, BR_VEC);
+        if (rc)
+            return rc;
+    }
+    int l1 = keel__prefetch_into_l1();
+    size_t n = c->nres, ahead = KEEL_MIN(n, (size_t)4);
+    for (size_t i = 0; i < ahead; i++)
+        prefetch_vec(gr, keel__store_vec(gr->st, keel__pack_slot(c->res[i])), l1);
+    for (size_t i = 0; i < n; i++) {
+        if (i + ahead < n)
+            prefetch_vec(gr, keel__store_vec(gr->st,
+                                             keel__pack_slot(c->res[i + ahead])),
+                         l1);
+        uint32_t s = keel__pack_slot(c->res[i]);
+        c->res[i] = keel__pack(keel__graph_dist(gr, q, keel__store_vec(gr->st, s)),
+                               s);
+    }
+    c->ndist += n;
+    return 0;
+}
+
 /* keel__search_knn with efk = max(ef, k), bringing pages in while c->br
 ** is set. */
 static int
@@ -663,6 +760,8 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         rc = ep == KEEL_EMPTY ? -2
                               : keel__search_layer(gr, v, c, q, ep, 0, efk, acc, 0);
     }
+    if (rc == 0 && c->coded && !scanned)
+        rc = measure_exactly(gr, c, q);
     c->br = NULL; /* builds share the context: they never bring pages in */
     if (rc == -2) {
         c->nres = 0;
@@ -672,7 +771,6 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
     }
     if (rc < 0)
         return KEEL_ENOMEM;
-    KEEL_UNUSED(scanned);
     /* c->res holds at least the k best; sort them, keep k. */
     uint64_t *tmp = c->cand; /* candidates are spent: reuse as output */
     if (heap_grow(&c->cand, &c->cand_cap, c->nres))
@@ -684,7 +782,7 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
     if (remote && n) {
         /* The results' ids: their slot headers in one round trip. */
         c->br = remote;
-        rc = br_headers(gr->st, c, tmp, n);
+        rc = br_slots(gr->st, c, tmp, n, BR_HDR);
         c->br = NULL;
         if (rc) {
             rc = rc == -1 ? KEEL_ENOMEM : c->br_rc;
@@ -725,8 +823,13 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
      * (their table's faults then also read their page alone). */
     keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
     c->br = cold;
+    /* Builds share the context and walk on the stored vectors. */
+    c->coded = gr->codes;
+    if (c->coded)
+        keel__code_query(q, gr->dim, gr->metric == KEEL_L2, &c->cq);
     int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
     c->br = NULL;
+    c->coded = 0;
     if (cold)
         keel__br_done(cold);
     return rc;

@@ -10,6 +10,7 @@
 
 #include "store/pagein.h"
 #include "hnsw/graph.h"
+#include "hnsw/codes.h"
 
 typedef struct keel_search_ctx {
     uint64_t *visited;        /* bitset over slots */
@@ -25,6 +26,10 @@ typedef struct keel_search_ctx {
     float *gdist;             /* their distances (grouped kernels) */
     float *qbuf;              /* the query as searched (normalized) */
     float *vbuf;              /* a stored vector widened to f32 */
+    /* Traversal codes: a k-NN search of a file with codes walks on them
+     * (coded set for the call), then measures its results exactly. */
+    int coded;
+    keel_code_query cq;       /* cq.qu: dim bytes */
     uint64_t ndist;           /* distances computed by the last walk */
     keel_link_scratch link;   /* for builds */
     uint32_t *sel;            /* selected neighbours, M0 + 1 */

@@ -37,11 +37,17 @@ keel__initial_idtab_log2(void)
     return test_geo.idtab_log2 ? test_geo.idtab_log2 : 12;
 }
 
+uint32_t
+keel__code_row_bytes(uint32_t dim)
+{
+    return KEEL_ALIGN_UP(16u + dim, 64u);
+}
+
 static uint64_t
-slot_bytes(uint32_t dim, uint32_t M0, int precision)
+slot_bytes(uint32_t dim, uint32_t M0, int precision, int codes)
 {
     return KEEL_SLOT_HDR_BYTES + (uint64_t)dim * (precision ? 2 : 4) + 8 +
-           4ull * M0;
+           4ull * M0 + (codes ? keel__code_row_bytes(dim) : 0);
 }
 
 /* The smallest heap chunk must hold the largest entry: 15 upper lists. */
@@ -53,11 +59,12 @@ min_heap_base(uint32_t M)
 
 void
 keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
-                 int precision)
+                 int precision, int codes)
 {
     memset(h, 0, sizeof *h);
-    h->read_version = KEEL_FORMAT_VERSION;
-    h->write_version = KEEL_FORMAT_VERSION;
+    h->read_version = 1;
+    h->write_version = codes ? KEEL_FORMAT_CODES : 1;
+    h->codes = (uint8_t)codes;
     h->dim = dim;
     h->M = M;
     h->M0 = 2 * M;
@@ -67,7 +74,7 @@ keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
     h->entry = KEEL_EMPTY;
     h->file_end = KEEL_DATA_OFF;
 
-    uint64_t sb = slot_bytes(dim, h->M0, precision);
+    uint64_t sb = slot_bytes(dim, h->M0, precision, codes);
     if (test_geo.seg_base) {
         h->seg_base_log2 = (uint8_t)test_geo.seg_base;
         h->seg_doublings = (uint8_t)test_geo.seg_doublings;
@@ -100,6 +107,7 @@ keel__geometry_init(keel_geometry *g, const keel_header *h)
     g->M0 = h->M0;
     g->vec_bytes = h->dim * (h->precision ? 2u : 4u);
     g->rec_bytes = 8u + 4u * h->M0;
+    g->code_bytes = h->codes ? keel__code_row_bytes(h->dim) : 0;
     g->seg_base_log2 = h->seg_base_log2;
     g->seg_doublings = h->seg_doublings;
     g->heap_base_log2 = h->heap_base_log2;
@@ -136,8 +144,13 @@ keel__seg_layout(const keel_geometry *g, uint32_t k, keel_seg_layout *out)
     out->slots = n;
     out->vec_off = KEEL_ALIGN_UP(n * KEEL_SLOT_HDR_BYTES, 64);
     out->rec_off = KEEL_ALIGN_UP(out->vec_off + n * g->vec_bytes, 64);
-    out->bytes = KEEL_ALIGN_UP(out->rec_off + n * g->rec_bytes,
-                               KEEL_REGION_ALIGN);
+    uint64_t end = out->rec_off + n * g->rec_bytes;
+    out->code_off = 0;
+    if (g->code_bytes) {
+        out->code_off = KEEL_ALIGN_UP(end, 64);
+        end = out->code_off + n * g->code_bytes;
+    }
+    out->bytes = KEEL_ALIGN_UP(end, KEEL_REGION_ALIGN);
 }
 
 uint64_t
@@ -220,6 +233,7 @@ keel__header_encode(keel_header *h, uint8_t *buf)
     keel__put64(buf + HO_HEAP_USED, h->heap_used);
     keel__put64(buf + HO_IDTAB_OFF, h->idtab_offset);
     buf[HO_IDTAB_LOG2] = (uint8_t)h->idtab_log2;
+    buf[HO_CODES] = h->codes;
     keel__put32(buf + HO_SEGMENTS, h->segments);
     keel__put32(buf + HO_HEAP_CHUNKS, h->heap_chunks);
     uint8_t *t = buf + HO_TABLES;
@@ -257,6 +271,11 @@ check_geometry(const keel_header *h, char *why, size_t why_len)
         BAD("M %u / M0 %u impossible", h->M, h->M0);
     if (h->metric > 2 || h->precision > 1)
         BAD("metric %u or precision %u unknown", h->metric, h->precision);
+    /* Codes need a writer that keeps them: write_version 2 or later. */
+    if (h->codes > KEEL_CODES_I8 ||
+        (h->codes && h->write_version < KEEL_FORMAT_CODES))
+        BAD("traversal codes %u with write version %u", h->codes,
+            h->write_version);
     if (h->max_levels != KEEL_MAX_LEVELS)
         BAD("max levels %u is not 16", h->max_levels);
     if (h->flags & ~KEEL_FLAG_SUPERSEDED)
@@ -320,6 +339,7 @@ keel__header_decode(const uint8_t *buf, uint64_t file_len, keel_header *h,
     h->heap_used = keel__get64(buf + HO_HEAP_USED);
     h->idtab_offset = keel__get64(buf + HO_IDTAB_OFF);
     h->idtab_log2 = buf[HO_IDTAB_LOG2];
+    h->codes = buf[HO_CODES];
     h->segments = keel__get32(buf + HO_SEGMENTS);
     h->heap_chunks = keel__get32(buf + HO_HEAP_CHUNKS);
 

@@ -12,7 +12,13 @@
 #include "base/internal.h"
 
 #define KEEL_MAGIC            "KEELVIX\0"
-#define KEEL_FORMAT_VERSION   1u
+/* The newest format this build reads and writes. Files without traversal
+** codes are written as version 1 (any keel reads and writes them); files
+** with codes carry write_version 2, so a writer that does not know codes
+** (and would leave them stale) refuses them, while its readers, which
+** never look at the codes array, read them. */
+#define KEEL_FORMAT_VERSION   2u
+#define KEEL_FORMAT_CODES     2u
 
 #define KEEL_HDR_A_OFF        0u
 #define KEEL_HDR_B_OFF        65536u
@@ -45,7 +51,7 @@ enum {
     HO_HEAP_DOUBLINGS = 55, HO_COUNT = 56, HO_ENTRY = 64, HO_MAX_LEVEL = 68,
     HO_EPOCH = 72, HO_PENDING = 80, HO_DELETED = 88, HO_NEXT_ID = 96,
     HO_FILE_END = 104, HO_HEAP_USED = 112, HO_IDTAB_OFF = 120,
-    HO_IDTAB_LOG2 = 128, HO_SEGMENTS = 132, HO_HEAP_CHUNKS = 136,
+    HO_IDTAB_LOG2 = 128, HO_CODES = 129, HO_SEGMENTS = 132, HO_HEAP_CHUNKS = 136,
     HO_TABLES = 144
 };
 
@@ -73,6 +79,7 @@ typedef struct keel_header {
     uint32_t dim, M, M0;
     uint8_t metric, precision, max_levels, flags;
     uint8_t seg_base_log2, seg_doublings, heap_base_log2, heap_doublings;
+    uint8_t codes;           /* KEEL_CODES_NONE or KEEL_CODES_I8 */
     uint64_t count;          /* N */
     uint32_t entry;          /* KEEL_EMPTY when count == 0 */
     uint32_t max_level;
@@ -98,6 +105,7 @@ typedef struct keel_geometry {
     uint32_t dim, M, M0;
     uint32_t vec_bytes;      /* dim * 4 or dim * 2 */
     uint32_t rec_bytes;      /* 8 + 4 * M0 */
+    uint32_t code_bytes;     /* a traversal code row; 0 without codes */
     uint32_t seg_base_log2, seg_doublings;
     uint32_t heap_base_log2, heap_doublings;
     uint64_t seg_boundary;   /* B: slots in the doubling segments */
@@ -107,6 +115,7 @@ typedef struct keel_geometry {
 typedef struct keel_seg_layout {
     uint64_t slots;
     uint64_t vec_off, rec_off; /* offsets of the vector and record arrays */
+    uint64_t code_off;         /* of the code rows (0: the file has none) */
     uint64_t bytes;            /* region size, a multiple of 64 KiB */
 } keel_seg_layout;
 
@@ -138,7 +147,10 @@ keel__slot_segment(const keel_geometry *g, uint64_t s, uint64_t *index)
 /* The geometry a new file gets for these parameters. Tests may shrink it
 ** with keel__test_geometry so short workloads cross region boundaries. */
 void keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
-                      int precision);
+                      int precision, int codes);
+/* Bytes of one traversal code row (doc/format.md 3): 16 bytes of scale,
+** then dim signed bytes, rounded up to 64. */
+uint32_t keel__code_row_bytes(uint32_t dim);
 /* Test seam: segments of 2^seg_base slots doubling seg_doublings times, heap
 ** chunks of 2^heap_base bytes doubling heap_doublings times, id tables of
 ** 2^idtab_log2 entries at first. All zero restores the defaults. Applies to

@@ -224,6 +224,14 @@ extend(keel_br_record *rec, const keel_store *st, uint64_t limit)
         need(rec, roff, (b - a) * st->g.rec_bytes);
         seed(rec, vecs + a * st->g.vec_bytes, voff, (b - a) * st->g.vec_bytes);
         seed(rec, recs + a * st->g.rec_bytes, roff, (b - a) * st->g.rec_bytes);
+        const uint8_t *codes = KEEL_LOAD_RELAXED(&sg->codes);
+        if (codes) {
+            uint64_t coff = sg->off + (uint64_t)(codes - base) +
+                            a * st->g.code_bytes;
+            need(rec, coff, (b - a) * st->g.code_bytes);
+            seed(rec, codes + a * st->g.code_bytes, coff,
+                 (b - a) * st->g.code_bytes);
+        }
         from = first + b;
     }
     KEEL_STORE_RELEASE(&rec->covered, from);

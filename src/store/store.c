@@ -104,6 +104,7 @@ seg_set(keel_segment *s, const keel_geometry *g, uint32_t k, uint8_t *base,
     KEEL_STORE_RELAXED(&s->hdrs, base);
     KEEL_STORE_RELAXED(&s->vecs, base + L.vec_off);
     KEEL_STORE_RELAXED(&s->recs, base + L.rec_off);
+    KEEL_STORE_RELAXED(&s->codes, L.code_off ? base + L.code_off : NULL);
     KEEL_STORE_RELAXED(&s->base, base);
 }
 
@@ -200,7 +201,8 @@ reserve_seg_slots(keel_store *st, uint32_t k, uint64_t upto)
     keel_segment *s = &st->seg[k];
     if (upto <= s->reserved)
         return KEEL_OK;
-    uint64_t per = KEEL_SLOT_HDR_BYTES + st->g.vec_bytes + st->g.rec_bytes;
+    uint64_t per = KEEL_SLOT_HDR_BYTES + st->g.vec_bytes + st->g.rec_bytes +
+                   st->g.code_bytes;
     uint64_t step = KEEL_MAX(ALLOC_STEP / per, 64);
     uint64_t b = KEEL_MIN(KEEL_MAX(upto, s->reserved + step), s->slots);
     uint64_t a = s->reserved;
@@ -213,6 +215,10 @@ reserve_seg_slots(keel_store *st, uint32_t k, uint64_t upto)
     if (!rc)
         rc = reserve_space(st, s->off + roff + a * st->g.rec_bytes,
                            (b - a) * st->g.rec_bytes);
+    if (!rc && s->codes)
+        rc = reserve_space(st, s->off + (uint64_t)(s->codes - s->base) +
+                                   a * st->g.code_bytes,
+                           (b - a) * st->g.code_bytes);
     if (!rc)
         s->reserved = b;
     return rc;
@@ -263,7 +269,8 @@ keel__store_unreserve(keel_store *st, uint64_t n)
 
 void
 keel__store_write_slot(keel_store *st, uint64_t slot, uint64_t id,
-                       const void *vec, uint32_t level, uint64_t heap_ref)
+                       const void *vec, const void *code, uint32_t level,
+                       uint64_t heap_ref)
 {
     uint64_t i;
     keel_segment *s = &st->seg[keel__slot_segment(&st->g, slot, &i)];
@@ -271,6 +278,8 @@ keel__store_write_slot(keel_store *st, uint64_t slot, uint64_t id,
     KEEL_STORE_RELAXED(&hdr[0], id);
     KEEL_STORE_RELAXED(&hdr[1], (uint64_t)0); /* invariant (4) */
     memcpy(s->vecs + i * st->g.vec_bytes, vec, st->g.vec_bytes);
+    if (s->codes)
+        memcpy(s->codes + i * st->g.code_bytes, code, st->g.code_bytes);
     uint64_t *rec = (uint64_t *)(void *)(s->recs + i * st->g.rec_bytes);
     uint32_t *nb = (uint32_t *)(rec + 1);
     for (uint32_t j = 0; j < st->g.M0; j++)
@@ -1012,7 +1021,8 @@ static int
 init_file(keel_store *st, const keel_store_params *p)
 {
     keel_header *h = &st->work;
-    keel__header_new(h, p->dim, p->M ? p->M : 16, p->metric, p->precision);
+    keel__header_new(h, p->dim, p->M ? p->M : 16, p->metric, p->precision,
+                     p->codes);
     memcpy(h->identity, p->identity, KEEL_IDENTITY_BYTES);
     int err = 0;
     if (!keel__identity_present(h->identity) &&
@@ -1117,6 +1127,14 @@ check_params(keel_store *st, const keel_store_params *p)
                           "precision of a file never changes", st->path,
                           precisions[h->precision], precisions[p->precision],
                           precisions[h->precision]);
+    if (p->codes != h->codes)
+        return keel__fail(KEEL_EOPTIONS,
+                          "the index at %s was created with traversal codes "
+                          "%s, not %s\nhelp: use codes %s, the file's, or "
+                          "KEEL_FILE_OPTIONS to take the file's own; "
+                          "compaction keeps them too", st->path,
+                          h->codes ? "i8" : "none", p->codes ? "i8" : "none",
+                          h->codes ? "i8" : "none");
     if (p->M && p->M != h->M)
         return keel__fail(KEEL_EOPTIONS,
                           "the index at %s was created with max_connections "

@@ -22,6 +22,7 @@ typedef struct keel_segment {
     uint8_t *hdrs;        /* slot headers: 16 bytes per slot */
     uint8_t *vecs;        /* vectors */
     uint8_t *recs;        /* level-0 records */
+    uint8_t *codes;       /* traversal code rows; NULL without codes */
     uint64_t off, bytes;  /* place in the file */
     uint64_t slots;       /* capacity */
     uint64_t reserved;    /* writer: slots whose disk space is allocated */
@@ -159,7 +160,8 @@ typedef struct keel_view {
 typedef struct keel_store_params {
     uint32_t dim, M;
     int metric, precision;
-    int have_options;         /* 1: metric/precision/M were given */
+    int codes;                /* KEEL_CODES_*: a new file's traversal codes */
+    int have_options;         /* 1: metric/precision/M/codes were given */
     /* A new file's identity (compaction: the old file's); all zero: a new
      * random one. */
     uint8_t identity[KEEL_IDENTITY_BYTES];
@@ -203,6 +205,15 @@ keel__store_vec(const keel_store *st, uint64_t slot)
     uint64_t i;
     const keel_segment *s = keel__store_seg(st, slot, &i);
     return KEEL_LOAD_RELAXED(&s->vecs) + i * st->g.vec_bytes;
+}
+
+/* The traversal code row of a slot (files with codes only). */
+static inline const uint8_t *
+keel__store_code(const keel_store *st, uint64_t slot)
+{
+    uint64_t i;
+    const keel_segment *s = keel__store_seg(st, slot, &i);
+    return KEEL_LOAD_RELAXED(&s->codes) + i * st->g.code_bytes;
 }
 
 /* The level-0 record: head word, then M0 neighbour slots. */
@@ -277,8 +288,11 @@ const uint8_t *keel__store_identity(const keel_store *st);
 ** segments and allocating disk space); returns the first. The caller
 ** writes each slot with keel__store_write_slot, links it, then publishes. */
 int keel__store_reserve(keel_store *st, uint64_t n, uint64_t *first);
+/* Writes a slot: id, stored vector, its traversal code row (code_bytes
+** of it, ignored when the file has no codes), level-0 head and empty list. */
 void keel__store_write_slot(keel_store *st, uint64_t slot, uint64_t id,
-                            const void *vec, uint32_t level, uint64_t heap_ref);
+                            const void *vec, const void *code, uint32_t level,
+                            uint64_t heap_ref);
 /* Makes slots below n visible to this handle's searches and routing readers. */
 void keel__store_publish(keel_store *st, uint64_t n);
 /* Forgets reserved slots at and after n (a failed batch). */

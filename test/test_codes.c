@@ -1,0 +1,385 @@
+/* test_codes.c -- traversal codes (keel_options.codes = KEEL_CODES_I8):
+** searches walk on int8 rows and return exact distances, recall stays
+** that of the stored vectors, answers are deterministic, the rows follow
+** their vectors through every way a file is written (adds, batches,
+** compaction, f16, cosine, inner product), keel_check catches a changed
+** row, and the option is fixed with the file like its precision. */
+#include "test.h"
+#include "lib/testdata.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "hnsw/codes.h"
+#include "hnsw/dist.h"
+#include "store/format.h"
+
+static test_vecs base, queries;
+static test_truth gt_l2, gt_cos;
+
+static void
+load_data(void)
+{
+    if (base.v)
+        return;
+    base = td_load_fvecs("glove-100-10k.base.fvecs");
+    queries = td_load_fvecs("glove-100-10k.query.fvecs");
+    gt_l2 = td_load_ivecs("glove-100-10k.gt.l2.ivecs");
+    gt_cos = td_load_ivecs("glove-100-10k.gt.cos.ivecs");
+}
+
+static int
+build(const char *path, keel_metric metric, keel_precision prec,
+      keel_codes codes, size_t n, keel_index **out)
+{
+    keel_options o = {.metric = metric, .precision = prec, .codes = codes};
+    int rc = keel_open(path, base.dim, &o, out);
+    if (rc)
+        return rc;
+    return keel_add_batch(*out, base.v, n, NULL, NULL);
+}
+
+/* For every query: the coded index's results carry exactly the distance the
+** plain index computes for the same id (one search of the plain index at a
+** large ef, which finds them all, gives the reference). */
+static int
+distances_exact(keel_index *coded, keel_index *plain, size_t nq)
+{
+    for (size_t i = 0; i < nq; i++) {
+        const float *q = queries.v + i * queries.dim;
+        keel_result a[10], b[400];
+        size_t na, nb;
+        keel_search_params p = {.ef = 400};
+        if (keel_search(coded, q, 10, NULL, a, &na) ||
+            keel_search(plain, q, 400, &p, b, &nb) || na != 10)
+            return 0;
+        for (size_t j = 0; j < na; j++) {
+            size_t m = 0;
+            while (m < nb && b[m].id != a[j].id)
+                m++;
+            if (m == nb)
+                continue; /* beyond the plain search's 400 */
+            if (memcmp(&a[j].distance, &b[m].distance, 4) != 0) {
+                fprintf(stderr, "query %zu id %llu: %.9g on codes, %.9g "
+                        "measured\n", i, (unsigned long long)a[j].id,
+                        a[j].distance, b[m].distance);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static void
+codes_case(keel_metric metric, keel_precision prec)
+{
+    load_data();
+    char pc[64], pp[64];
+    snprintf(pc, sizeof pc, "c-%d-%d.keel", metric, prec);
+    snprintf(pp, sizeof pp, "p-%d-%d.keel", metric, prec);
+    keel_index *coded, *plain;
+    CHECK_OK(build(test_path(pc), metric, prec, KEEL_CODES_I8, base.n, &coded));
+    CHECK_OK(build(test_path(pp), metric, prec, KEEL_CODES_NONE, base.n, &plain));
+    const test_truth *gt = metric == KEEL_L2 ? &gt_l2 : &gt_cos;
+    double rc64 = td_search_recall(coded, &queries, 10, 64, gt, NULL);
+    double rp64 = td_search_recall(plain, &queries, 10, 64, gt, NULL);
+    double rc10 = td_search_recall(coded, &queries, 10, 10, gt, NULL);
+    double rp10 = td_search_recall(plain, &queries, 10, 10, gt, NULL);
+    printf("    metric %d precision %d: recall@10 ef 64 %.4f on codes, %.4f "
+           "on vectors; ef 10 %.4f / %.4f\n", metric, prec, rc64, rp64, rc10,
+           rp10);
+    CHECK_MSG(rc64 >= rp64 - 0.01, "recall %.4f on codes, %.4f without",
+              rc64, rp64);
+    CHECK_MSG(rc10 >= rp10 - 0.03, "recall at ef 10 %.4f on codes, %.4f "
+              "without", rc10, rp10);
+    CHECK(distances_exact(coded, plain, 200));
+    keel_stats s;
+    CHECK_OK(keel_stat(coded, &s));
+    CHECK_EQ(s.codes, KEEL_CODES_I8);
+    CHECK_OK(keel_stat(plain, &s));
+    CHECK_EQ(s.codes, KEEL_CODES_NONE);
+    CHECK_OK(keel_check(coded));
+    CHECK_OK(keel_close(coded));
+    CHECK_OK(keel_close(plain));
+}
+
+TEST(codes_keep_recall_and_return_exact_distances_l2_f32)
+{
+    codes_case(KEEL_L2, KEEL_F32);
+}
+
+TEST(codes_keep_recall_and_return_exact_distances_l2_f16)
+{
+    codes_case(KEEL_L2, KEEL_F16);
+}
+
+TEST(codes_keep_recall_and_return_exact_distances_cosine)
+{
+    codes_case(KEEL_COSINE, KEEL_F32);
+}
+
+TEST(codes_keep_recall_and_return_exact_distances_cosine_f16)
+{
+    codes_case(KEEL_COSINE, KEEL_F16);
+}
+
+/* Inner product: no ground truth file, so the reference is an exact scan
+** through an allow-list of every id (keel_search's scan path). */
+TEST(codes_under_inner_product_find_what_a_scan_finds)
+{
+    load_data();
+    keel_index *idx;
+    CHECK_OK(build(test_path("ip.keel"), KEEL_IP, KEEL_F32, KEEL_CODES_I8,
+                   2000, &idx));
+    uint64_t *all = malloc(2000 * sizeof *all);
+    for (uint64_t i = 0; i < 2000; i++)
+        all[i] = i;
+    size_t hit = 0, exact = 0;
+    for (size_t i = 0; i < 100; i++) {
+        const float *q = queries.v + i * queries.dim;
+        keel_result a[10], b[10];
+        size_t na, nb;
+        keel_search_params ps = {.ef = 128};
+        keel_search_params pa = {.allowed = all, .n_allowed = 2000};
+        CHECK_OK(keel_search(idx, q, 10, &ps, a, &na));
+        CHECK_OK(keel_search(idx, q, 10, &pa, b, &nb));
+        for (size_t j = 0; j < na; j++)
+            for (size_t m = 0; m < nb; m++)
+                if (a[j].id == b[m].id) {
+                    hit++;
+                    exact += memcmp(&a[j].distance, &b[m].distance, 4) == 0;
+                }
+    }
+    free(all);
+    printf("    inner product: %zu of 1000 found by the scan too\n", hit);
+    CHECK_MSG(hit >= 900, "only %zu of 1000", hit);
+    CHECK_U64(exact, hit);
+    CHECK_OK(keel_close(idx));
+}
+
+TEST(the_same_query_gives_the_same_ids_and_distance_bits)
+{
+    load_data();
+    keel_index *a, *b;
+    CHECK_OK(build(test_path("det.keel"), KEEL_L2, KEEL_F32, KEEL_CODES_I8,
+                   base.n, &a));
+    CHECK_OK(keel_flush(a));
+    CHECK_OK(keel_open_reader(test_path("det.keel"), NULL, &b));
+    CHECK(td_same_answers(a, b, queries.v, 200, queries.dim, 10, NULL));
+    CHECK(td_same_answers(b, b, queries.v, 200, queries.dim, 10, NULL));
+    CHECK_OK(keel_close(b));
+    CHECK_OK(keel_close(a));
+}
+
+/* Rows written by single adds, by batches and by compaction are the rows
+** of their vectors: keel_check recomputes each one. */
+TEST(rows_follow_their_vectors_through_adds_deletes_and_compaction)
+{
+    load_data();
+    keel_options o = {.codes = KEEL_CODES_I8, .precision = KEEL_F16};
+    keel_index *idx;
+    const char *path = test_path("life.keel");
+    CHECK_OK(keel_open(path, base.dim, &o, &idx));
+    for (size_t i = 0; i < 300; i++) {
+        uint64_t id;
+        CHECK_OK(keel_add(idx, base.v + i * base.dim, &id));
+    }
+    CHECK_OK(keel_add_batch(idx, base.v + 300 * base.dim, 3000, NULL, NULL));
+    for (uint64_t id = 0; id < 3300; id += 3)
+        CHECK_OK(keel_delete(idx, id));
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_check(idx));
+    keel_result before[10 * 50];
+    size_t nb[50];
+    for (size_t i = 0; i < 50; i++)
+        CHECK_OK(keel_search(idx, queries.v + i * base.dim, 10, NULL,
+                             before + 10 * i, &nb[i]));
+    CHECK_OK(keel_compact(idx));
+    CHECK_OK(keel_check(idx));
+    keel_stats s;
+    CHECK_OK(keel_stat(idx, &s));
+    CHECK_EQ(s.codes, KEEL_CODES_I8);
+    CHECK_U64(s.count, 2200);
+    CHECK_OK(keel_close(idx));
+    /* Reopened with the file's own options: the codes come with it. */
+    keel_options fo = {.flags = KEEL_FILE_OPTIONS};
+    CHECK_OK(keel_open(path, 0, &fo, &idx));
+    CHECK_OK(keel_stat(idx, &s));
+    CHECK_EQ(s.codes, KEEL_CODES_I8);
+    size_t same = 0;
+    for (size_t i = 0; i < 50; i++) {
+        keel_result r[10];
+        size_t n;
+        CHECK_OK(keel_search(idx, queries.v + i * base.dim, 10, NULL, r, &n));
+        for (size_t j = 0; j < n && j < nb[i]; j++)
+            for (size_t m = 0; m < nb[i]; m++)
+                same += r[j].id == before[10 * i + m].id &&
+                        memcmp(&r[j].distance, &before[10 * i + m].distance,
+                               4) == 0;
+        for (size_t j = 0; j < n; j++)
+            CHECK(r[j].id < 3300 && r[j].id % 3 != 0);
+    }
+    /* A new graph may route a little differently; the vectors and the
+     * distances of the ids found are the same. */
+    CHECK_MSG(same >= 450, "%zu of 500 results kept through compaction", same);
+    CHECK_OK(keel_close(idx));
+}
+
+/* Where slot s's row sits in the file (internals: format.h). */
+static uint64_t
+row_offset(const char *path, uint64_t s, uint32_t *row_bytes)
+{
+    int fd = open(path, O_RDONLY);
+    uint8_t *buf = malloc(KEEL_PAGE_SLOT);
+    keel_header *h = malloc(sizeof *h), *h2 = malloc(sizeof *h2);
+    uint64_t off = 0;
+    off_t len = lseek(fd, 0, SEEK_END);
+    if (pread(fd, buf, KEEL_PAGE_SLOT, KEEL_HDR_A_OFF) == KEEL_PAGE_SLOT &&
+        keel__header_decode(buf, (uint64_t)len, h, NULL, 0) == KEEL_OK) {
+        if (pread(fd, buf, KEEL_PAGE_SLOT, KEEL_HDR_B_OFF) == KEEL_PAGE_SLOT &&
+            keel__header_decode(buf, (uint64_t)len, h2, NULL, 0) == KEEL_OK &&
+            h2->sequence > h->sequence)
+            memcpy(h, h2, sizeof *h);
+        keel_geometry g;
+        keel__geometry_init(&g, h);
+        uint64_t i;
+        uint32_t k = keel__slot_segment(&g, s, &i);
+        keel_seg_layout L;
+        keel__seg_layout(&g, k, &L);
+        *row_bytes = g.code_bytes;
+        off = L.code_off ? h->seg_off[k] + L.code_off + i * g.code_bytes : 0;
+    }
+    free(h);
+    free(h2);
+    free(buf);
+    close(fd);
+    return off;
+}
+
+TEST(check_finds_a_row_that_does_not_match_its_vector)
+{
+    load_data();
+    const char *path = test_path("flip.keel");
+    keel_index *idx;
+    CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 500, &idx));
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_close(idx));
+    CHECK_OK(keel_open_reader(path, NULL, &idx));
+    CHECK_OK(keel_check(idx)); /* as written */
+    CHECK_OK(keel_close(idx));
+    uint32_t rb = 0;
+    uint64_t off = row_offset(path, 321, &rb);
+    CHECK(off != 0);
+    CHECK_U64(rb, 128); /* 16 + 100 rounded up to 64 */
+    int fd = open(path, O_RDWR);
+    uint8_t byte;
+    CHECK(pread(fd, &byte, 1, (off_t)(off + 16 + 40)) == 1);
+    byte ^= 0x01;
+    CHECK(pwrite(fd, &byte, 1, (off_t)(off + 16 + 40)) == 1);
+    close(fd);
+    CHECK_OK(keel_open_reader(path, NULL, &idx));
+    CHECK_ERR(keel_check(idx), KEEL_ECORRUPT);
+    CHECK_MSG_HAS("slot 321");
+    CHECK_MSG_HAS("traversal code");
+    CHECK_OK(keel_close(idx));
+}
+
+TEST(the_option_is_fixed_with_the_file_and_checked)
+{
+    const char *path = test_path("opt.keel");
+    keel_index *idx;
+    keel_options bad = {.codes = (keel_codes)7};
+    CHECK_ERR(keel_open(path, 8, &bad, &idx), KEEL_EINVAL);
+    CHECK_MSG_HAS("codes is 7");
+    keel_options o = {.codes = KEEL_CODES_I8};
+    CHECK_OK(keel_open(path, 8, &o, &idx));
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint64_t id;
+    CHECK_OK(keel_add(idx, v, &id));
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_close(idx));
+    keel_options none = {.codes = KEEL_CODES_NONE};
+    CHECK_ERR(keel_open(path, 8, &none, &idx), KEEL_EOPTIONS);
+    CHECK_MSG_HAS("traversal codes i8, not none");
+    CHECK_OK(keel_open(path, 8, NULL, &idx));
+    keel_result r[1];
+    size_t n;
+    CHECK_OK(keel_search(idx, v, 1, NULL, r, &n));
+    CHECK_U64(n, 1);
+    CHECK(r[0].distance == 0.0f);
+    CHECK_OK(keel_close(idx));
+    /* A plain file stays format 1 for any keel; a file with codes is
+     * write version 2, so a writer that would leave rows stale refuses it. */
+    unsigned char *f;
+    size_t len;
+    CHECK((f = td_read_file(path, &len)) != NULL);
+    CHECK_U64(keel__get32(f + HO_READ_VERSION), 1);
+    CHECK_U64(keel__get32(f + HO_WRITE_VERSION), 2);
+    CHECK_U64(f[HO_CODES], 1);
+    free(f);
+    CHECK_OK(keel_open(test_path("plain.keel"), 8, NULL, &idx));
+    CHECK_OK(keel_close(idx));
+    CHECK((f = td_read_file(test_path("plain.keel"), &len)) != NULL);
+    CHECK_U64(keel__get32(f + HO_READ_VERSION), 1);
+    CHECK_U64(keel__get32(f + HO_WRITE_VERSION), 1);
+    CHECK_U64(f[HO_CODES], 0);
+    free(f);
+}
+
+/* A header that claims codes at write version 1 is refused as corrupt
+** (an older writer could have left its rows stale). */
+TEST(codes_at_write_version_1_are_corrupt)
+{
+    keel_header h;
+    keel__header_new(&h, 16, 8, KEEL_L2, KEEL_F32, KEEL_CODES_I8);
+    uint8_t *buf = malloc(KEEL_PAGE_SLOT);
+    keel__header_encode(&h, buf);
+    keel_header *out = malloc(sizeof *out);
+    char why[200];
+    CHECK_OK(keel__header_decode(buf, 1u << 20, out, why, sizeof why));
+    CHECK_EQ(out->codes, KEEL_CODES_I8);
+    h.write_version = 1;
+    keel__header_encode(&h, buf);
+    int rc = keel__header_decode(buf, 1u << 20, out, why, sizeof why);
+    CHECK_EQ(rc, KEEL_ECORRUPT);
+    CHECK(strstr(why, "traversal codes") != NULL);
+    free(out);
+    free(buf);
+}
+
+/* The row format (codes.h): scale, norm, sum and codes, zero past dim; a
+** query coded the same way gives back the exact integer dot product. */
+TEST(a_row_holds_scale_norm_sum_and_codes)
+{
+    float x[5] = {1.0f, -0.5f, 0.25f, 0.0f, -1.0f};
+    uint8_t row[64];
+    memset(row, 0xAA, sizeof row);
+    keel__code_encode(x, 5, row, 64);
+    float s, n;
+    int32_t sum;
+    memcpy(&s, row + CODE_SCALE, 4);
+    memcpy(&n, row + CODE_NORM, 4);
+    memcpy(&sum, row + CODE_SUM, 4);
+    CHECK(s == 1.0f / 127.0f);
+    const int8_t *c = (const int8_t *)(row + CODE_BYTES_AT);
+    CHECK_EQ(c[0], 127);
+    CHECK_EQ(c[1], -64); /* -63.5 rounds away from zero */
+    CHECK_EQ(c[2], 32);  /* 31.75 */
+    CHECK_EQ(c[3], 0);
+    CHECK_EQ(c[4], -127);
+    CHECK_EQ(sum, 127 - 64 + 32 - 127);
+    for (int i = CODE_BYTES_AT + 5; i < 64; i++)
+        CHECK_EQ(row[i], 0);
+    uint8_t qu[5];
+    keel_code_query cq = {.qu = qu};
+    keel__code_query(x, 5, 1, &cq);
+    /* The row's own vector: its coded distance to itself is near 0. */
+    float d = keel__code_dist(keel__kernels()->code_dot, &cq, row, 5);
+    CHECK_MSG(d > -0.02f && d < 0.02f, "coded distance to itself %g", d);
+    float zero[5] = {0};
+    keel__code_encode(zero, 5, row, 64);
+    memcpy(&s, row + CODE_SCALE, 4);
+    CHECK(s == 0.0f);
+}
+
+TEST_MAIN()
