@@ -132,10 +132,10 @@ typedef struct keel_options {
                                  when needed; 0 = KEEL_MEMORY_CACHE_BYTES,
                                  else 1 GiB; at least 8 MiB */
     keel_codes codes;         /* a new file: KEEL_CODES_I8 walks searches on
-                                 int8 codes (faster at equal recall, 64-832
-                                 more bytes per vector); fixed at creation
-                                 like precision. With KEEL_FILE_OPTIONS or
-                                 an existing file, the file's own */
+                                 int8 codes (faster at equal recall, for a
+                                 row of 16 + dim bytes rounded up to 64 per
+                                 vector: 128 at 100 dimensions, 832 at 784);
+                                 fixed at creation like precision */
 } keel_options;
 
 /* One search result. distance is the true distance: Euclidean (not squared)

@@ -56,14 +56,14 @@ counter(keel_index *r, int which)
 #define FAULTS(r) counter(r, 3)
 #define SEQ(r) counter(r, 4)
 
-/* Builds an index of n vectors at path and publishes it to url. */
+/* Builds an index of n vectors at path (options o) and publishes it to
+** url. */
 static keel_index *
-build_n(const char *path, const char *url, keel_metric metric,
-        keel_precision prec, uint64_t seed, size_t n)
+build_opts(const char *path, const char *url, const keel_options *o,
+           uint64_t seed, size_t n)
 {
-    keel_options o = {.metric = metric, .precision = prec};
     keel_index *w;
-    if (keel_open(path, DIM, &o, &w))
+    if (keel_open(path, DIM, o, &w))
         return NULL;
     float *v = td_random(n, DIM, seed);
     int rc = keel_add_batch(w, v, n, NULL, NULL);
@@ -73,6 +73,14 @@ build_n(const char *path, const char *url, keel_metric metric,
         return NULL;
     }
     return w;
+}
+
+static keel_index *
+build_n(const char *path, const char *url, keel_metric metric,
+        keel_precision prec, uint64_t seed, size_t n)
+{
+    keel_options o = {.metric = metric, .precision = prec};
+    return build_opts(path, url, &o, seed, n);
 }
 
 static keel_index *
@@ -264,16 +272,20 @@ TEST(a_url_searches_like_the_file)
     static const struct {
         keel_metric m;
         keel_precision p;
+        keel_codes c;
         const char *name;
-    } kinds[] = {{KEEL_L2, KEEL_F32, "l2"},
-                 {KEEL_COSINE, KEEL_F32, "cos"},
-                 {KEEL_L2, KEEL_F16, "f16"}};
+    } kinds[] = {{KEEL_L2, KEEL_F32, KEEL_CODES_NONE, "l2"},
+                 {KEEL_COSINE, KEEL_F32, KEEL_CODES_NONE, "cos"},
+                 {KEEL_L2, KEEL_F16, KEEL_CODES_NONE, "f16"},
+                 {KEEL_L2, KEEL_F32, KEEL_CODES_I8, "i8"},
+                 {KEEL_COSINE, KEEL_F16, KEEL_CODES_I8, "cos-f16-i8"}};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char url[256], file[64];
         url_of(url, sizeof url, kinds[k].name);
         snprintf(file, sizeof file, "%s.keel", kinds[k].name);
-        keel_index *w = build(test_path(file), url, kinds[k].m, kinds[k].p,
-                              100 + k);
+        keel_options bo = {.metric = kinds[k].m, .precision = kinds[k].p,
+                           .codes = kinds[k].c};
+        keel_index *w = build_opts(test_path(file), url, &bo, 100 + k, N);
         CHECK(w != NULL);
         keel_options o = {.cache_dir = dir_of("cache-search")};
         keel_index *r;

@@ -166,7 +166,7 @@ check_options(const keel_options *o)
     NEED((unsigned)o->codes <= KEEL_CODES_I8,
          "codes is %d, but has to be KEEL_CODES_NONE (0) or KEEL_CODES_I8 "
          "(1)\nhelp: KEEL_CODES_I8 makes searches faster at equal recall for "
-         "a fourth more bytes per vector", (int)o->codes);
+         "16 + dimensions bytes more per vector, rounded up to 64", (int)o->codes);
     NEED(o->max_connections != 1 && o->max_connections <= KEEL_MAX_M,
          "max_connections is %u, but has to be between 2 and 32,767\nhelp: 16 "
          "suits most indexes; 32 gives higher recall for more memory",

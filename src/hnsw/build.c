@@ -70,12 +70,17 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
     }
     static const keel_accept all = {.all = 1};
     uint32_t cur = entry;
+    /* A file with code rows: the walks that find the candidates run on
+     * them, and the candidates are then measured on the vectors, so the
+     * selection and every list's pruning see exact distances. */
+    int coded = keel__search_code_query(gr, c, q);
     if (top > level)
         cur = keel__search_greedy(gr, v, c, q, entry, top, level);
     int rc = KEEL_OK;
     for (uint32_t lv = KEEL_MIN(level, top) + 1; lv-- > 0;) {
         if (keel__search_layer(gr, v, c, q, cur, lv, b->ef_construction, &all,
-                               0) < 0) {
+                               0) < 0 ||
+            (coded && keel__search_measure(gr, c, q) < 0)) {
             rc = KEEL_ENOMEM;
             break;
         }
@@ -98,6 +103,7 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
         if (rc)
             break;
     }
+    c->coded = 0;
     if (rc == KEEL_OK && level > top)
         KEEL_STORE_RELEASE(&b->entry_packed,
                            (uint64_t)level << 32 | (uint32_t)slot);

@@ -691,12 +691,21 @@ estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
     return *frac * (double)n;
 }
 
+int
+keel__search_code_query(const keel_graph *gr, keel_search_ctx *c,
+                        const float *q)
+{
+    c->coded = gr->codes;
+    if (c->coded)
+        keel__code_query(q, gr->dim, gr->metric == KEEL_L2, &c->cq);
+    return c->coded;
+}
+
 /* A walk on code rows: its nodes' distances measured again on their stored
 ** vectors, so the k returned are the nearest of the walk's ef by true
-** distance, and each distance is what an exact scan gives (dist.h (3)).
-** c->res stops being a heap: keel__search_take sorts it. 0 or -1/-2. */
-static int
-measure_exactly(const keel_graph *gr, keel_search_ctx *c, const float *q)
+** distance, and each distance is what an exact scan gives (dist.h (3)). */
+int
+keel__search_measure(const keel_graph *gr, keel_search_ctx *c, const float *q)
 {
     if (c->br) {
         int rc = br_slots(gr->st, c, c->res, c->nres, BR_VEC);
@@ -761,7 +770,7 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
                               : keel__search_layer(gr, v, c, q, ep, 0, efk, acc, 0);
     }
     if (rc == 0 && c->coded && !scanned)
-        rc = measure_exactly(gr, c, q);
+        rc = keel__search_measure(gr, c, q);
     c->br = NULL; /* builds share the context: they never bring pages in */
     if (rc == -2) {
         c->nres = 0;
@@ -823,10 +832,7 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
      * (their table's faults then also read their page alone). */
     keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
     c->br = cold;
-    /* Builds share the context and walk on the stored vectors. */
-    c->coded = gr->codes;
-    if (c->coded)
-        keel__code_query(q, gr->dim, gr->metric == KEEL_L2, &c->cq);
+    keel__search_code_query(gr, c, q);
     int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
     c->br = NULL;
     c->coded = 0;

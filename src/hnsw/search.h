@@ -92,6 +92,17 @@ int keel__search_layer(const keel_graph *gr, const keel_view *v,
 /* Moves ctx->res into out sorted ascending (nearest first); returns count. */
 size_t keel__search_take(keel_search_ctx *ctx, uint64_t *out);
 
+/* Walks on code rows for the calls that follow (ctx->coded, query q coded
+** into ctx->cq), when the graph's file has them; returns whether it does.
+** Builds call it per node, k-NN searches per query. */
+int keel__search_code_query(const keel_graph *gr, keel_search_ctx *ctx,
+                            const float *q);
+/* After a walk on code rows: ctx->res's distances measured again on the
+** stored vectors (ctx->res is no longer a heap; keel__search_take sorts).
+** 0, -1 out of memory, -2 a page could not be brought in (ctx->br_rc). */
+int keel__search_measure(const keel_graph *gr, keel_search_ctx *ctx,
+                         const float *q);
+
 /* The k nearest present, accepted vectors to q (already normalized for
 ** cosine). Unfiltered searches walk the graph; filtered ones walk with a
 ** budget and fall back to an exact scan of the matches (search.c).
