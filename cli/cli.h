@@ -105,21 +105,25 @@ void cli_json_string(FILE *f, const char *s);
 
 const char *cli_metric_name(keel_metric m);
 const char *cli_precision_name(keel_precision p);
+const char *cli_codes_name(keel_codes c);
 
 /* Opens an existing index as a reader; prints keel's message on failure. */
 int cli_open_reader(const char *path, const keel_options *opt,
                     keel_index **out);
 
-/* Which of metric, precision and M the user named on the command line. */
+/* Which of metric, precision, M and codes the user named on the command
+** line. */
 #define CLI_GIVEN_METRIC    1u
 #define CLI_GIVEN_PRECISION 2u
 #define CLI_GIVEN_M         4u
+#define CLI_GIVEN_CODES     8u
 
 /* Opens path as its writer. If the index exists, the fields of opt the user
 ** did not name (given) are taken from the file: a non-NULL keel_options
-** makes keel insist on its metric and precision, and there is no "whatever
-** the file has" value for them. With create 0 a missing index is an error,
-** never a new file; with create set, dim gives a new index's dimensions. */
+** makes keel insist on its metric, precision and codes, and there is no
+** "whatever the file has" value for them. With create 0 a missing index is
+** an error, never a new file; with create set, dim gives a new index's
+** dimensions. */
 int cli_open_writer(const char *path, uint32_t dim, keel_options *opt,
                     unsigned given, int create, keel_index **out);
 

@@ -26,6 +26,7 @@ enum {
     O_IDS,
     O_METRIC,
     O_PRECISION,
+    O_CODES,
     O_M,
     O_EFC,
     O_THREADS,
@@ -103,6 +104,20 @@ parse_precision(const char *s, keel_precision *out)
     return CLI_OK;
 }
 
+static int
+parse_codes(const char *s, keel_codes *out)
+{
+    if (strcmp(s, "none") == 0)
+        *out = KEEL_CODES_NONE;
+    else if (strcmp(s, "i8") == 0)
+        *out = KEEL_CODES_I8;
+    else
+        return cli_usage("build", "give --codes none or i8",
+                         "--codes '%s' is not a kind of traversal codes keel "
+                         "knows", s);
+    return CLI_OK;
+}
+
 /* Fills opt and given from the command line. */
 static int
 build_options(cli_opt *opts, keel_options *opt, unsigned *given)
@@ -120,6 +135,12 @@ build_options(cli_opt *opts, keel_options *opt, unsigned *given)
         if (rc != CLI_OK)
             return rc;
         *given |= CLI_GIVEN_PRECISION;
+    }
+    if (opts[O_CODES].value != NULL) {
+        rc = parse_codes(opts[O_CODES].value, &opt->codes);
+        if (rc != CLI_OK)
+            return rc;
+        *given |= CLI_GIVEN_CODES;
     }
     if (opts[O_M].value != NULL) {
         rc = cli_u32("build", "-M", opts[O_M].value, 2, 32767,
@@ -333,6 +354,7 @@ cmd_build(int argc, char **argv)
         [O_IDS] = {"--ids", 1, NULL},
         [O_METRIC] = {"--metric", 1, NULL},
         [O_PRECISION] = {"--precision", 1, NULL},
+        [O_CODES] = {"--codes", 1, NULL},
         [O_M] = {"-M", 1, NULL},
         [O_EFC] = {"--ef-construction", 1, NULL},
         [O_THREADS] = {"--threads", 1, NULL},

@@ -39,6 +39,7 @@ print_info_text(const char *path, const keel_stats *st)
     printf("%-16s %s\n", "dimensions:", cli_commas(st->dim, n, sizeof n));
     printf("%-16s %s\n", "metric:", cli_metric_name(st->metric));
     printf("%-16s %s\n", "precision:", cli_precision_name(st->precision));
+    printf("%-16s %s\n", "codes:", cli_codes_name(st->codes));
     printf("%-16s %u\n", "M:", st->max_connections);
     printf("%-16s %s\n", "live vectors:", cli_commas(st->count, n, sizeof n));
     printf("%-16s %s\n", "deleted:", cli_commas(st->deleted, n, sizeof n));
@@ -65,12 +66,14 @@ print_info_json(const char *path, const keel_stats *st)
     fputs("{\"path\": ", stdout);
     cli_json_string(stdout, path);
     printf(", \"dimensions\": %u, \"metric\": \"%s\", \"precision\": \"%s\", "
-           "\"max_connections\": %u, \"count\": %llu, \"deleted\": %llu, "
-           "\"slots\": %llu, \"next_id\": %llu, \"max_level\": %u, "
-           "\"segments\": %u, \"heap_chunks\": %u, \"file_bytes\": %llu, "
-           "\"allocated_bytes\": %llu, \"snapshot\": %llu}\n",
+           "\"codes\": \"%s\", \"max_connections\": %u, \"count\": %llu, "
+           "\"deleted\": %llu, \"slots\": %llu, \"next_id\": %llu, "
+           "\"max_level\": %u, \"segments\": %u, \"heap_chunks\": %u, "
+           "\"file_bytes\": %llu, \"allocated_bytes\": %llu, "
+           "\"snapshot\": %llu}\n",
            st->dim, cli_metric_name(st->metric),
-           cli_precision_name(st->precision), st->max_connections,
+           cli_precision_name(st->precision), cli_codes_name(st->codes),
+           st->max_connections,
            (unsigned long long)st->count, (unsigned long long)st->deleted,
            (unsigned long long)st->slots, (unsigned long long)st->next_id,
            st->max_level, st->segments, st->heap_chunks,

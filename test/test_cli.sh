@@ -189,13 +189,14 @@ expect 0 "info" info "$IDX"
 [ "$(field dimensions)" = 100 ] || fail "info dimensions is not 100"
 [ "$(field 'live vectors')" = 10,000 ] || fail "info live vectors is not 10,000"
 [ "$(field metric)" = l2 ] || fail "info metric is not l2"
-ok "info prints dimensions 100, 10000 live vectors, metric l2"
+[ "$(field codes)" = none ] || fail "info codes is '$(field codes)', not none"
+ok "info prints dimensions 100, 10000 live vectors, metric l2, codes none"
 
 expect 0 "info --json" info --json "$IDX"
 grep -q '^{.*}$' "$T/out" || fail "info --json is not one object"
 grep -q '"dim"' "$T/out" && fail "info --json says dim, Python's stats() says dimensions"
 for pair in '"dimensions": 100' '"count": 10000' '"metric": "l2"' \
-    '"precision": "f32"' '"deleted": 0' '"next_id": 10000'; do
+    '"precision": "f32"' '"codes": "none"' '"deleted": 0' '"next_id": 10000'; do
     grep -q "$pair" "$T/out" || fail "info --json lacks $pair"
 done
 for key in max_connections slots max_level segments heap_chunks \
@@ -580,6 +581,62 @@ expect 0 "build --metric euclidean" build "$T/euclid.keel" "$T/three.fvecs" --me
 expect 0 "info of the euclidean index" info "$T/euclid.keel"
 [ "$(field metric)" = l2 ] || fail "--metric euclidean did not make an l2 index"
 ok "--metric angular and euclidean (ann-benchmarks' names) give cosine and l2"
+
+# --- traversal codes -------------------------------------------------------
+
+expect 0 "build --codes i8" build "$T/codes.keel" "$BASE" --codes i8
+expect 0 "info of the i8 index" info "$T/codes.keel"
+[ "$(field codes)" = i8 ] || fail "info codes is '$(field codes)', not i8"
+expect 0 "info --json of the i8 index" info --json "$T/codes.keel"
+grep -q '"codes": "i8"' "$T/out" || fail "info --json lacks \"codes\": \"i8\""
+expect 0 "check of the i8 index" check "$T/codes.keel"
+expect 0 "search the i8 index" search "$T/codes.keel" "$QUERY" -k 10 \
+    --truth "$TRUTH" --out "$T/codes.tsv"
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "recall@10 with codes i8 is '$recall'"
+[ "$(wc -l <"$T/codes.tsv")" -eq 1000 ] || fail "the i8 search wrote not 1000 lines"
+# Distances are measured on the stored vectors: a (query, id) pair that both
+# indexes return has the same distance, to the last bit (%.9g).
+expect 0 "search the index without codes" search "$IDX" "$QUERY" -k 10 \
+    --out "$T/nocodes.tsv"
+awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
+    ($1 " " $3) in d { n++; if (d[$1 " " $3] != $4) { print; bad = 1 } }
+    END { if (n < 900) { print "only " n " pairs in common"; bad = 1 }
+          exit bad }' "$T/nocodes.tsv" "$T/codes.tsv" >"$T/baddist" ||
+    fail "the i8 index reports other distances: $(head -3 "$T/baddist")"
+ok "build --codes i8: info says i8, check passes, recall@10 $recall, exact distances"
+
+expect 2 "build --codes bogus" build "$T/bogus.keel" "$T/three.fvecs" --codes bogus
+grep -q "'bogus'" "$T/err" || fail "--codes bogus does not name the value"
+grep -q 'help: give --codes none or i8' "$T/err" ||
+    fail "--codes bogus does not say which values there are"
+[ ! -e "$T/bogus.keel" ] || fail "a build with --codes bogus created the index"
+ok "--codes bogus exits 2, naming the value, with a help line"
+
+printf '20000\n20001\n20002\n' >"$T/codes-ids.txt"
+expect 1 "build --append --codes none to an i8 index" build --append \
+    "$T/codes.keel" "$T/three.fvecs" --ids "$T/codes-ids.txt" --codes none
+no_c_terms "codes mismatch"
+grep -q 'created with traversal codes i8, not none' "$T/err" ||
+    fail "the codes mismatch does not name both"
+grep -q 'give --codes i8' "$T/err" || fail "the codes mismatch does not speak of --codes"
+grep -q 'KEEL_FILE_OPTIONS' "$T/err" && fail "the codes mismatch speaks of the C API"
+expect 0 "info after a refused append" info --json "$T/codes.keel"
+grep -q '"count": 10000' "$T/out" || fail "a refused append changed the i8 index"
+expect 1 "build --append --codes i8 to an index without codes" build \
+    --append "$T/small.keel" "$T/three.fvecs" --codes i8
+grep -q 'give --codes none' "$T/err" || fail "the codes mismatch does not say none"
+expect 0 "build --append without --codes" build --append "$T/codes.keel" \
+    "$T/three.fvecs" --ids "$T/codes-ids.txt"
+expect 0 "build --append --codes i8" build --append "$T/codes.keel" \
+    "$T/one.fvecs" --codes i8
+expect 0 "delete in the i8 index" delete "$T/codes.keel" 20001
+expect 0 "compact the i8 index" compact "$T/codes.keel"
+expect 0 "info after append and compact" info --json "$T/codes.keel"
+grep -q '"codes": "i8", .*"count": 10003' "$T/out" ||
+    fail "append and compact did not keep codes i8 and 10003 vectors"
+expect 0 "check after append and compact" check "$T/codes.keel"
+ok "appending with other --codes is refused; without or with the same, the index keeps its codes"
 
 expect 2 "search --efSearch" search "$IDX" "$QUERY" -k 10 --efSearch 80
 grep -q 'did you mean --ef?' "$T/err" || fail "--efSearch does not suggest --ef"

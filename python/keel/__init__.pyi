@@ -21,6 +21,7 @@ _Metric = Literal["l2", "cosine", "ip", "euclidean", "euclid", "cos",
                   "angular", "dot", "inner_product", "innerproduct"]
 _Precision = Union[Literal["f32", "f16", "float32", "float16", "full",
                            "single", "half"], Any]
+_Codes = Literal["none", "i8"]
 _Self = TypeVar("_Self", bound="VectorIndex")
 
 def strerror(code: int) -> str: ...
@@ -48,13 +49,17 @@ class IndexOptions:
     cache_dir: Union[None, str, bytes]
     cache_bytes: Optional[int]
     memory_cache_bytes: Optional[int]
+    # Traversal codes, fixed when the file is created: "i8" walks searches
+    # on an int8 copy of each vector (exact distances still returned).
+    codes: str
     def __init__(self, max_connections: int = ..., ef_construction: int = ...,
                  ef_search: int = ..., metric: _Metric = ...,
                  precision: _Precision = ..., warm: bool = ...,
                  huge_pages: bool = ..., threads: int = ...,
                  cache_dir: Optional[_Path] = ...,
                  cache_bytes: Optional[int] = ...,
-                 memory_cache_bytes: Optional[int] = ...) -> None: ...
+                 memory_cache_bytes: Optional[int] = ...,
+                 codes: _Codes = ...) -> None: ...
     def given(self, name: str) -> bool: ...
     def replace(self, **changes: Any) -> IndexOptions: ...
     def as_dict(self) -> Dict[str, Any]: ...
@@ -75,6 +80,8 @@ class VectorIndex:
     def metric(self) -> str: ...
     @property
     def precision(self) -> str: ...
+    @property
+    def codes(self) -> str: ...
     @property
     def path(self) -> Optional[str]: ...
     @property

@@ -38,8 +38,8 @@ ALIASES = {
 
 # keel's own option names: not "other libraries' names" when misplaced.
 KEEL_NAMES = {"max_connections", "ef_construction", "ef_search", "metric",
-              "precision", "warm", "huge_pages", "threads", "k", "ef",
-              "allowed", "query", "dimensions"}
+              "precision", "codes", "warm", "huge_pages", "threads", "k",
+              "ef", "allowed", "query", "dimensions"}
 
 
 def suggest(name, accepted):

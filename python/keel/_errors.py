@@ -42,7 +42,8 @@ class DimensionMismatchError(Error, ValueError):
 
 
 class OptionsMismatchError(Error, ValueError):
-    """KEEL_EOPTIONS: the file was made with another metric, precision or M."""
+    """KEEL_EOPTIONS: the file was made with another metric, precision,
+    codes or M."""
 
     code = 3
 

@@ -141,6 +141,8 @@ static const char *const speak_table[][2] = {
      "open it with keel.IndexReader(path) to search it"},
     {"open it as a reader to search it",
      "open it with keel.IndexReader(path) to search it"},
+    {"or KEEL_FILE_OPTIONS to take the file's own",
+     "or leave codes out to take the file's own"},
 };
 
 /* msg rewritten into Python's terms (speak_table) into out (len bytes). */
@@ -233,13 +235,14 @@ typedef struct {
     int reader;
     int remote;                 /* a reader of an s3:// URL: its searches
                                    run the signal handlers (cancel_check) */
-    int metric, precision;
+    int metric, precision, codes;
     PyObject *path;             /* str, or None */
     PyObject *weakrefs;
 } IndexObject;
 
 static const char *const metric_names[] = {"l2", "cosine", "ip"};
 static const char *const precision_names[] = {"f32", "f16"};
+static const char *const codes_names[] = {"none", "i8"};
 
 static PyObject *
 index_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -617,7 +620,7 @@ get_ids(PyObject *obj, const char *fn, npy_intp n)
 
 /* --- open and close ------------------------------------------------------ */
 
-/* _open(path, dimensions, metric, precision, max_connections,
+/* _open(path, dimensions, metric, precision, codes, max_connections,
 **       ef_construction, ef_search, threads, flags, reader,
 **       cache_dir=None, cache_bytes=0, memory_cache_bytes=0) -- the Python
 ** layer has checked and translated every value (the cache fields: a reader
@@ -626,13 +629,13 @@ static PyObject *
 index_open(IndexObject *self, PyObject *args)
 {
     PyObject *path_bytes = NULL, *cache_obj = Py_None, *cache_bytes_dir = NULL;
-    unsigned dim, metric, precision, m, efc, efs, threads, flags;
+    unsigned dim, metric, precision, codes, m, efc, efs, threads, flags;
     unsigned long long cache_bytes = 0, memory_cache_bytes = 0;
     int reader;
-    if (!PyArg_ParseTuple(args, "O&IIIIIIIIp|OKK:_open",
+    if (!PyArg_ParseTuple(args, "O&IIIIIIIIIp|OKK:_open",
                           PyUnicode_FSConverter, &path_bytes, &dim, &metric,
-                          &precision, &m, &efc, &efs, &threads, &flags,
-                          &reader, &cache_obj, &cache_bytes,
+                          &precision, &codes, &m, &efc, &efs, &threads,
+                          &flags, &reader, &cache_obj, &cache_bytes,
                           &memory_cache_bytes))
         return NULL;
     if (cache_obj != Py_None &&
@@ -662,6 +665,7 @@ index_open(IndexObject *self, PyObject *args)
     keel_options o = {
         .metric = (keel_metric)metric,
         .precision = (keel_precision)precision,
+        .codes = (keel_codes)codes,
         .max_connections = m,
         .ef_construction = efc,
         .ef_search = efs,
@@ -710,6 +714,7 @@ index_open(IndexObject *self, PyObject *args)
     self->remote = remote;
     self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
     self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
+    self->codes = st.codes <= KEEL_CODES_I8 ? (int)st.codes : 0;
     pthread_rwlock_unlock(&self->lock);
     Py_RETURN_NONE;
 }
@@ -1467,11 +1472,12 @@ index_stats(IndexObject *self, PyObject *unused)
     if (rc)
         return raise_keel(rc, 0);
     return Py_BuildValue(
-        "{sIsssssIsKsKsKsKsIsIsIsKsKsKsO}",
+        "{sIsssssssIsKsKsKsKsIsIsIsKsKsKsO}",
         "dimensions", st.dim,
         "metric", metric_names[st.metric <= KEEL_IP ? st.metric : 0],
         "precision", precision_names[st.precision <= KEEL_F16 ? st.precision
                                                                 : 0],
+        "codes", codes_names[st.codes <= KEEL_CODES_I8 ? st.codes : 0],
         "max_connections", st.max_connections,
         "count", (unsigned long long)st.count,
         "deleted", (unsigned long long)st.deleted,
@@ -1507,6 +1513,13 @@ get_precision(IndexObject *self, void *closure)
 {
     (void)closure;
     return PyUnicode_FromString(precision_names[self->precision]);
+}
+
+static PyObject *
+get_codes(IndexObject *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(codes_names[self->codes]);
 }
 
 static PyObject *
@@ -1557,6 +1570,8 @@ static PyGetSetDef index_getset[] = {
      "Distance: 'l2', 'cosine' or 'ip'.", NULL},
     {"precision", (getter)get_precision, NULL,
      "Stored precision: 'f32' or 'f16'.", NULL},
+    {"codes", (getter)get_codes, NULL,
+     "Traversal codes: 'none' or 'i8'.", NULL},
     {"path", (getter)get_path, NULL, "Path of the index file.", NULL},
     {"read_only", (getter)get_read_only, NULL,
      "True for a reader handle.", NULL},
@@ -1574,8 +1589,8 @@ static PyGetSetDef index_getset[] = {
 
 static PyMethodDef index_methods[] = {
     {"_open", (PyCFunction)index_open, METH_VARARGS,
-     "_open(path, dim, metric, precision, M, ef_construction, ef_search, "
-     "threads, flags, reader, cache_dir=None, cache_bytes=0, "
+     "_open(path, dim, metric, precision, codes, M, ef_construction, "
+     "ef_search, threads, flags, reader, cache_dir=None, cache_bytes=0, "
      "memory_cache_bytes=0): internal; use VectorIndex or IndexReader."},
     {"close", (PyCFunction)index_close, METH_NOARGS,
      "close()\n--\n\nClose the handle; unflushed changes are lost. Calling "

@@ -4,7 +4,7 @@ Names and defaults are fixed by PRODUCT.md section 5. Unknown names are
 refused with a suggestion, including the names other libraries use (M, ef,
 space, ...). The object remembers which fields were given explicitly, so an
 existing index can be opened with, say, only ef_search and keep its own
-metric and precision.
+metric, precision and codes.
 """
 
 import inspect
@@ -14,11 +14,12 @@ from . import _coerce
 
 FIELDS = ("max_connections", "ef_construction", "ef_search", "metric",
           "precision", "warm", "huge_pages", "threads", "cache_dir",
-          "cache_bytes", "memory_cache_bytes")
+          "cache_bytes", "memory_cache_bytes", "codes")
 DEFAULTS = {"max_connections": 16, "ef_construction": 200, "ef_search": 64,
             "metric": "l2", "precision": "f32", "warm": False,
             "huge_pages": False, "threads": 0, "cache_dir": None,
-            "cache_bytes": None, "memory_cache_bytes": None}
+            "cache_bytes": None, "memory_cache_bytes": None,
+            "codes": "none"}
 # The page cache of a reader of a published index (IndexReader("s3://...")):
 # keel_options.cache_dir, cache_bytes and memory_cache_bytes. None leaves
 # each to the environment (KEEL_CACHE_DIR, KEEL_CACHE_BYTES,
@@ -36,6 +37,8 @@ METRIC_CODES = {"l2": 0, "cosine": 1, "ip": 2}
 PRECISIONS = {"f32": "f32", "float32": "f32", "full": "f32", "single": "f32",
               "f16": "f16", "float16": "f16", "half": "f16"}
 PRECISION_CODES = {"f32": 0, "f16": 1}
+CODES = {"none": "none", "i8": "i8"}
+CODES_CODES = {"none": 0, "i8": 1}
 LIMITS = {"max_connections": (2, 32767), "ef_construction": (1, 100000),
           "ef_search": (1, 100000), "threads": (0, 4096)}
 
@@ -106,9 +109,13 @@ def _name_option(name, value, table):
         key = value.__name__           # np.float16
     if not isinstance(key, str) or key.lower() not in table:
         canon = sorted(set(table.values()))
-        raise ValueError("option %s is %r, but has to be one of %s\nhelp: "
-                         "also accepted: %s" % (name, value, ", ".join(canon),
-                                                ", ".join(sorted(table))))
+        if len(table) > len(canon):
+            hint = "also accepted: %s" % ", ".join(sorted(table))
+        else:
+            hint = "pass %s as a string, such as %s=%r" % (
+                " or ".join(repr(c) for c in canon), name, canon[0])
+        raise ValueError("option %s is %r, but has to be one of %s\nhelp: %s"
+                         % (name, value, ", ".join(canon), hint))
     return table[key.lower()]
 
 
@@ -118,11 +125,14 @@ class IndexOptions:
     IndexOptions(max_connections=16, ef_construction=200, ef_search=64,
                  metric="l2", precision="f32", warm=False,
                  huge_pages=False, threads=0, cache_dir=None,
-                 cache_bytes=None, memory_cache_bytes=None)
+                 cache_bytes=None, memory_cache_bytes=None, codes="none")
 
-    metric, precision and max_connections are fixed when the file is
-    created; the others belong to the handle. metric: "l2" (Euclidean),
-    "cosine" or "ip" (inner product). precision: "f32" or "f16".
+    metric, precision, codes and max_connections are fixed when the file
+    is created; the others belong to the handle. metric: "l2" (Euclidean),
+    "cosine" or "ip" (inner product). precision: "f32" or "f16". codes:
+    "none" or "i8", traversal codes: searches walk the graph on an int8
+    copy of each vector (16 + dimensions bytes rounded up to 64 more per
+    vector), faster at the same recall, and still return exact distances.
 
     cache_dir, cache_bytes and memory_cache_bytes place the page cache of
     a reader of a published index, IndexReader("s3://BUCKET/PREFIX"): the
@@ -167,6 +177,8 @@ class IndexOptions:
             value = _name_option(name, value, METRICS)
         elif name == "precision":
             value = _name_option(name, value, PRECISIONS)
+        elif name == "codes":
+            value = _name_option(name, value, CODES)
         elif name == "cache_dir":
             value = _dir_option(name, value)
         elif name in CACHE_FIELDS:

@@ -17,7 +17,7 @@ def test_defaults_and_signature():
                            "precision": "f32", "warm": False,
                            "huge_pages": False, "threads": 0,
                            "cache_dir": None, "cache_bytes": None,
-                           "memory_cache_bytes": None}
+                           "memory_cache_bytes": None, "codes": "none"}
     sig = inspect.signature(keel.IndexOptions)
     assert list(sig.parameters) == list(o.as_dict())
     assert sig.parameters["ef_search"].default == 64
