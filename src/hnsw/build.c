@@ -80,7 +80,7 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
     for (uint32_t lv = KEEL_MIN(level, top) + 1; lv-- > 0;) {
         if (keel__search_layer(gr, v, c, q, cur, lv, b->ef_construction, &all,
                                0) < 0 ||
-            (coded && keel__search_measure(gr, c, q) < 0)) {
+            (coded && keel__search_measure(gr, c, q, 0) < 0)) {
             rc = KEEL_ENOMEM;
             break;
         }

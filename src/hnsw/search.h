@@ -97,11 +97,12 @@ size_t keel__search_take(keel_search_ctx *ctx, uint64_t *out);
 ** Builds call it per node, k-NN searches per query. */
 int keel__search_code_query(const keel_graph *gr, keel_search_ctx *ctx,
                             const float *q);
-/* After a walk on code rows: ctx->res's distances measured again on the
-** stored vectors (ctx->res is no longer a heap; keel__search_take sorts).
+/* After a walk on code rows: the keep nearest of ctx->res by code distance
+** (all with keep 0) measured again on the stored vectors, the rest dropped
+** (ctx->res is no longer a heap; keel__search_take sorts).
 ** 0, -1 out of memory, -2 a page could not be brought in (ctx->br_rc). */
 int keel__search_measure(const keel_graph *gr, keel_search_ctx *ctx,
-                         const float *q);
+                         const float *q, size_t keep);
 
 /* The k nearest present, accepted vectors to q (already normalized for
 ** cosine). Unfiltered searches walk the graph; filtered ones walk with a
