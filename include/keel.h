@@ -92,6 +92,7 @@ typedef struct keel_index keel_index; /* opaque; a writer or a reader */
 
 typedef enum { KEEL_L2 = 0, KEEL_COSINE = 1, KEEL_IP = 2 } keel_metric;
 typedef enum { KEEL_F32 = 0, KEEL_F16 = 1 } keel_precision;
+typedef enum { KEEL_CODES_NONE = 0, KEEL_CODES_I8 = 1 } keel_codes;
 
 /* keel_options.flags */
 #define KEEL_WARM       1u /* read the index into memory in the background */
@@ -126,6 +127,7 @@ typedef struct keel_options {
                                  pages are dropped past it and fetched again
                                  when needed; 0 = KEEL_MEMORY_CACHE_BYTES,
                                  else 1 GiB; at least 8 MiB */
+    keel_codes codes;         /* KEEL_CODES_I8: ... */
 } keel_options;
 
 /* One search result. distance is the true distance: Euclidean (not squared)
