@@ -10,15 +10,18 @@
 #   clusters-N.query.fvecs        1,000 query vectors from the same mixture
 #   clusters-N.gt.l2.ivecs        exact top-100 base rows per query, Euclidean
 #   clusters-N.gt.l2.dist.fvecs   their distances (Euclidean, not squared)
-# 500 clusters, seed 1: the same bytes on every machine (the sha256 sums of
-# the 1,000,000-row files are in doc/benchmarks.md's method). The queries do
-# not depend on N, and the base of a smaller N is the first N rows of a
-# larger one.
+# 500 clusters, seed 1: the same bytes on every machine. The queries do not
+# depend on N, and the base of a smaller N is the first N rows of a larger
+# one. sha256 of the files for N = 1,000,000:
+#   2d3d972985a6544a11875269c375640b4321d14ce033eecdd73eec4e32b4d0da  base
+#   4fb2619ffb8c525fb17b5c95c5953a8059d717c0d366199e54878e90f244ef58  query
+#   0da8f423b4eac537bca64172c91a5b35238220c72f2127ee0863999363b67164  gt.l2
+#   95d161357a5b56c8e222023e73b93aef34a0fd990992112ef46f20bcaa188a9a  gt.l2.dist
 #
 # Idempotent: each step is skipped when its outputs exist and are newer than
 # the program that made them; outputs are written under temporary names and
 # renamed when whole. Needs cc. About 2 s to generate a million vectors and
-# 25-30 s for their ground truth on 2 cores.
+# 40 s for their ground truth on 2 cores.
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
