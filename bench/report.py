@@ -856,9 +856,11 @@ def main():
           (" Every core: ef " + "; ".join(
               "%s for %s" % (e, s) for s, e in meta["mt_efs"].items()) +
            ".") if meta.get("mt") == 1 and meta["mt_efs"] else "",
-          (" The generated set (%s vectors) runs without FAISS: its "
-           "builds of a million vectors take most of an hour here "
-           "(GEN_FAISS=1 adds them)." % fmt_int(meta["gen_n"]))
+          (" The generated set (%s vectors) runs without FAISS: on this "
+           "machine its f32 build of the million alone had not finished "
+           "after 16 minutes and 530 CPU seconds, more than hnswlib's "
+           "whole build, and SQfp16 builds slower still (GEN_FAISS=1 adds "
+           "them)." % fmt_int(meta["gen_n"]))
           if "gen_n" in meta and meta.get("gen_faiss", 0) != 1 else ""))
     w("![recall@10 against QPS](%s)\n" % os.path.relpath(
         a.png, os.path.dirname(os.path.abspath(a.doc))))
