@@ -156,8 +156,11 @@ tsan:
 	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 	KEEL_TSAN=1 BUILD=build/tsan sh test/run.sh $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
 
-# keel against hnswlib and FAISS on GloVe-100 and Fashion-MNIST (bench/run.sh,
-# about an hour; writes doc/benchmarks.md and doc/benchmarks.png).
+# keel against hnswlib and FAISS on GloVe-100 and Fashion-MNIST, and keel
+# against hnswlib on a generated million (bench/run.sh, about an hour and a
+# half; writes doc/benchmarks.md and doc/benchmarks.png). A shorter run:
+#   SETS=gen1m-l2 GEN_N=200000 ROUNDS=1 EFS=16,64,256 OUT=bench/out/x \
+#   DOC=bench/out/x/benchmarks.md make bench
 bench: $(BUILD)/libkeel.a
 	sh tools/deps.sh bench
 	BUILD=$(BUILD) sh bench/run.sh

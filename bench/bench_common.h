@@ -451,6 +451,57 @@ bench_sweep(const bench_engine *e, const char *tag, const float *queries,
     free(ids);
 }
 
+/* Every core: one call answers all nq queries on `threads` threads
+** (ids: nq * k, -1 where fewer were found). */
+typedef void (*bench_search_all_fn)(void *ctx, const float *queries,
+                                     size_t nq, size_t k, int64_t *ids);
+
+/* The sweep with every core: per ef, calls of search_all over the whole
+** query set repeat until min_time seconds of wall time have passed; QPS is
+** queries / seconds over all calls. One untimed call first, at the largest
+** ef up to 256. Prints one JSON line per ef and round ("kind":"mt"). */
+static inline void
+bench_sweep_mt(const bench_engine *e, bench_search_all_fn search_all,
+               const char *tag, const float *queries, size_t nq,
+               const bench_gt *gt, const unsigned *efs, int nef, int rounds,
+               double min_time, size_t k, unsigned threads)
+{
+    int64_t *ids = (int64_t *)malloc(nq * k * sizeof *ids);
+    unsigned warm_ef = 0;
+    for (int i = 0; i < nef; i++)
+        if (efs[i] > warm_ef && efs[i] <= 256)
+            warm_ef = efs[i];
+    e->set_ef(e->ctx, warm_ef ? warm_ef : efs[0]);
+    search_all(e->ctx, queries, nq, k, ids);
+    for (int r = 0; r < rounds; r++) {
+        for (int fi = 0; fi < nef; fi++) {
+            e->set_ef(e->ctx, efs[fi]);
+            long strict = 0, ties = 0, passes = 0;
+            double load = bench_loadavg(), cpu0 = bench_cpu_s();
+            int64_t t0 = bench_now_ns(), t = t0;
+            do {
+                search_all(e->ctx, queries, nq, k, ids);
+                passes++;
+                t = bench_now_ns();
+            } while ((double)(t - t0) < min_time * 1e9);
+            double cpu = bench_cpu_s() - cpu0;
+            for (size_t i = 0; i < nq; i++)
+                bench_hits(gt, i, ids + i * k, k, &strict, &ties);
+            double secs = (double)(t - t0) / 1e9;
+            printf("{%s,\"kind\":\"mt\",\"threads\":%u,\"round\":%d,"
+                   "\"ef\":%u,\"k\":%zu,\"queries\":%zu,\"passes\":%ld,"
+                   "\"seconds\":%.6f,\"cpu_s\":%.3f,\"qps\":%.2f,"
+                   "\"recall\":%.5f,\"recall_strict\":%.5f,\"load\":%.2f}\n",
+                   tag, threads, r, efs[fi], k, nq, passes, secs, cpu,
+                   (double)nq * (double)passes / secs,
+                   (double)ties / (double)(nq * k),
+                   (double)strict / (double)(nq * k), load);
+            fflush(stdout);
+        }
+    }
+    free(ids);
+}
+
 /* After the open: answer queries one per call, note the times of the 1st,
 ** 10th, 100th and 1,000th results, and of the last (the mean ms per query
 ** after the 100th is (end_ms - q100_ms) / (queries - 100)); with an engine

@@ -8,6 +8,8 @@
 **   hnsw_bench sweep INDEX QUERIES.fvecs GT.ivecs --metric l2|cosine
 **                    [--ef LIST] [--rounds R] [--min-time S] [--k 10]
 **   hnsw_bench cold  INDEX QUERIES.fvecs --metric l2|cosine [--ef 64]
+**   hnsw_bench mt    INDEX QUERIES.fvecs GT.ivecs --metric l2|cosine
+**                    [--ef LIST] [--threads T] [--rounds R] [--min-time S]
 **
 ** build: HierarchicalNSW(space, n, M, efc, seed 100); addPoint of row 0,
 **   then of the other rows on T threads taking rows from a shared counter
@@ -19,6 +21,12 @@
 ** sweep: loadIndex, then bench_common.h's loop; searchKnn's results are
 **   popped into an array inside the timed call. Distance computations come
 **   from hnswlib's own metric_distance_computations counter.
+** mt: every core. loadIndex, then bench_common.h's bench_sweep_mt: each
+**   call answers the whole query set the way the python binding's
+**   knn_query does, through a copy of its ParallelFor: T fresh threads (T
+**   default: every core) take query rows from a shared counter, each
+**   searchKnn's results popped into the output arrays (cosine: each query
+**   normalized into the thread's own buffer first, as knn_query does).
 ** cold: loadIndex (which reads the whole file) and one query per call, times
 **   from KEEL_BENCH_T0 as for keel (at most --queries N queries, none
 **   started after --max-s S seconds). bench/remote.sh starts it from its
@@ -81,6 +89,82 @@ h_ndist(void *c)
     return static_cast<hctx *>(c)->h->metric_distance_computations.load();
 }
 
+/* The python binding's ParallelFor (hnswlib 0.6.2, python_bindings/
+** bindings.cpp): numThreads fresh threads per call, rows from an atomic
+** counter; one thread runs the rows itself. */
+template <class Function>
+static void
+parallel_for(size_t start, size_t end, size_t num_threads, Function fn)
+{
+    if (num_threads <= 1) {
+        for (size_t id = start; id < end; id++)
+            fn(id, 0);
+        return;
+    }
+    std::vector<std::thread> threads;
+    std::atomic<size_t> current(start);
+    for (size_t tid = 0; tid < num_threads; ++tid)
+        threads.push_back(std::thread([&, tid] {
+            for (;;) {
+                size_t id = current.fetch_add(1);
+                if (id >= end)
+                    break;
+                fn(id, tid);
+            }
+        }));
+    for (size_t t = 0; t < threads.size(); t++)
+        threads[t].join();
+}
+
+struct hmt {
+    hctx *c;
+    unsigned threads;
+    std::vector<float> norm; /* threads * dim: knn_query's norm_array */
+};
+
+static void
+h_set_ef_mt(void *m, unsigned ef)
+{
+    static_cast<hmt *>(m)->c->h->setEf(ef);
+}
+
+static void
+h_search_all(void *mv, const float *q, size_t nq, size_t k, int64_t *ids)
+{
+    hmt *m = static_cast<hmt *>(mv);
+    hctx *c = m->c;
+    uint32_t dim = c->dim;
+    parallel_for(0, nq, m->threads, [&](size_t row, size_t tid) {
+        const float *v = q + row * dim;
+        if (c->cosine) {
+            float *nv = m->norm.data() + tid * dim;
+            float s = 0;
+            for (uint32_t j = 0; j < dim; j++)
+                s += v[j] * v[j];
+            float inv = 1.0f / (sqrtf(s) + 1e-30f);
+            for (uint32_t j = 0; j < dim; j++)
+                nv[j] = v[j] * inv;
+            v = nv;
+        }
+        std::priority_queue<std::pair<float, hnswlib::labeltype>> r =
+            c->h->searchKnn(v, k);
+        int64_t *out = ids + row * k;
+        size_t n = r.size();
+        for (size_t i = n; i < k; i++)
+            out[i] = -1;
+        for (int i = (int)n - 1; i >= 0; i--) {
+            out[i] = (int64_t)r.top().second;
+            r.pop();
+        }
+    });
+}
+
+static long long
+h_no_ndist(void *)
+{
+    return -1;
+}
+
 static void
 usage()
 {
@@ -89,6 +173,9 @@ usage()
           "       hnsw_bench sweep INDEX QUERIES.fvecs GT.ivecs "
           "[--metric l2|cosine] [--ef LIST] [--rounds R] [--min-time S] "
           "[--k 10] [--label L]\n"
+          "       hnsw_bench mt INDEX QUERIES.fvecs GT.ivecs "
+          "[--metric l2|cosine] [--ef LIST] [--threads T] [--rounds R] "
+          "[--min-time S] [--k 10] [--label L]\n"
           "       hnsw_bench cold INDEX QUERIES.fvecs [--metric l2|cosine] "
           "[--ef 64] [--k 10] [--queries N] [--max-s S] [--label L]\n",
           stderr);
@@ -275,6 +362,37 @@ cmd_sweep(const opts *o)
 }
 
 static int
+cmd_mt(const opts *o)
+{
+    if (o->npos != 3)
+        usage();
+    size_t nq;
+    uint32_t dim;
+    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
+    bench_gt gt;
+    bench_load_gt(o->pos[2], nq, &gt);
+    unsigned efs[BENCH_MAX_EF];
+    int nef = bench_parse_efs(o->efs.c_str(), efs);
+    hnswlib::SpaceInterface<float> *space = make_space(o, dim);
+    hctx c;
+    h_open(o, dim, space, &c);
+    hmt m;
+    m.c = &c;
+    m.threads = o->threads;
+    m.norm.resize((size_t)o->threads * dim);
+    bench_engine e = {&m, h_set_ef_mt, NULL, h_no_ndist, NULL, NULL};
+    std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
+                      "\",\"call\":\"knn_query\"";
+    bench_sweep_mt(&e, h_search_all, tag.c_str(), q, nq, &gt, efs, nef,
+                   (int)o->rounds, o->min_time, o->k, o->threads);
+    delete c.h;
+    delete space;
+    bench_free_gt(&gt);
+    free(q);
+    return 0;
+}
+
+static int
 cmd_cold(const opts *o, int64_t t0, double main_ms)
 {
     if (o->npos != 2)
@@ -316,6 +434,8 @@ main(int argc, char **argv)
             return cmd_sweep(&o);
         if (cmd == "cold")
             return cmd_cold(&o, t0, main_ms);
+        if (cmd == "mt")
+            return cmd_mt(&o);
     } catch (const std::exception &ex) {
         bench_die("hnsw_bench: %s", ex.what());
     }

@@ -1,10 +1,13 @@
 /* keel_bench.c -- keel's side of the benchmark (bench/run.sh drives it).
 **
 **   keel_bench build INDEX BASE.fvecs [--metric l2|cosine]
-**                    [--precision f32|f16] [-M 16] [--efc 200]
-**                    [--threads T] [--label L]
+**                    [--precision f32|f16] [--codes none|i8] [-M 16]
+**                    [--efc 200] [--threads T] [--label L]
 **   keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef 16,24,...]
 **                    [--rounds R] [--min-time S] [--k 10] [--label L]
+**   keel_bench mt    INDEX QUERIES.fvecs GT.ivecs [--ef 16,24,...]
+**                    [--threads T] [--rounds R] [--min-time S] [--k 10]
+**                    [--label L]
 **   keel_bench cold  INDEX QUERIES.fvecs [--warm] [--ef 64] [--k 10]
 **                    [--queries N] [--max-s S] [--label L]
 **
@@ -21,6 +24,11 @@
 **   base vectors plus what the index needed); file and allocated bytes from
 **   keel_stat; bytes this process sent to storage from /proc/self/io
 **   (write_bytes: pages it dirtied, through the mapping or write()).
+**   --codes i8 sets keel_options.codes = KEEL_CODES_I8 (int8 traversal
+**   codes) when the file is created.
+** mt: every core. keel_open_reader with KEEL_WARM and threads = T (default
+**   every core), then bench_common.h's bench_sweep_mt: each call is one
+**   keel_search_batch of the whole query set, which keel runs on T threads.
 ** sweep: keel_open_reader with KEEL_WARM (and KEEL_HUGE_PAGES when the
 **   environment has BENCH_HUGE=1), then bench_common.h's loop. With
 **   internals (below), the sweep first waits for warm to finish (the
@@ -159,10 +167,13 @@ static void
 usage(void)
 {
     fputs("usage: keel_bench build INDEX BASE.fvecs [--metric l2|cosine] "
-          "[--precision f32|f16] [-M 16] [--efc 200] [--threads T] "
-          "[--label L]\n"
+          "[--precision f32|f16] [--codes none|i8] [-M 16] [--efc 200] "
+          "[--threads T] [--label L]\n"
           "       keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef LIST] "
           "[--rounds R] [--min-time S] [--k 10] [--label L]\n"
+          "       keel_bench mt INDEX QUERIES.fvecs GT.ivecs [--ef LIST] "
+          "[--threads T] [--rounds R] [--min-time S] [--k 10] "
+          "[--label L]\n"
           "       keel_bench cold INDEX QUERIES.fvecs [--warm] [--ef 64] "
           "[--k 10] [--queries N] [--max-s S] [--label L]\n", stderr);
     exit(2);
@@ -180,7 +191,7 @@ check(int rc, const char *what)
 typedef struct opts {
     const char *pos[3];
     int npos;
-    const char *metric, *precision, *efs, *label;
+    const char *metric, *precision, *codes, *efs, *label;
     unsigned M, efc, threads, ef, rounds;
     size_t k, max_q;
     double min_time, max_s;
@@ -193,6 +204,7 @@ parse(int argc, char **argv, opts *o)
     memset(o, 0, sizeof *o);
     o->metric = "l2";
     o->precision = "f32";
+    o->codes = "none";
     o->efs = "16,24,32,48,64,96,128,192,256,384,512";
     o->label = "";
     o->M = 16;
@@ -221,6 +233,8 @@ parse(int argc, char **argv, opts *o)
             o->metric = v;
         else if (strcmp(a, "--precision") == 0)
             o->precision = v;
+        else if (strcmp(a, "--codes") == 0)
+            o->codes = v;
         else if (strcmp(a, "-M") == 0)
             o->M = (unsigned)atoi(v);
         else if (strcmp(a, "--efc") == 0)
@@ -269,11 +283,13 @@ cmd_build(const opts *o)
         opt.metric = KEEL_COSINE;
     else if (strcmp(o->metric, "l2") != 0)
         usage();
-    if (getenv("BENCH_CODES") && strcmp(getenv("BENCH_CODES"), "i8") == 0)
-        opt.codes = KEEL_CODES_I8;
     if (strcmp(o->precision, "f16") == 0)
         opt.precision = KEEL_F16;
     else if (strcmp(o->precision, "f32") != 0)
+        usage();
+    if (strcmp(o->codes, "i8") == 0)
+        opt.codes = KEEL_CODES_I8;
+    else if (strcmp(o->codes, "none") != 0)
         usage();
     opt.max_connections = o->M;
     opt.ef_construction = o->efc;
@@ -298,13 +314,13 @@ cmd_build(const opts *o)
     long long wb1 = bench_io("write_bytes:"), wc1 = bench_io("wchar:");
     printf("{\"engine\":\"keel\",\"label\":\"%s\",\"kind\":\"build\","
            "\"n\":%zu,\"dim\":%u,\"metric\":\"%s\",\"precision\":\"%s\","
-           "\"M\":%u,\"efc\":%u,\"threads\":%u,\"add_s\":%.3f,"
+           "\"codes\":\"%s\",\"M\":%u,\"efc\":%u,\"threads\":%u,\"add_s\":%.3f,"
            "\"save_s\":%.3f,\"build_s\":%.3f,\"cpu_s\":%.3f,"
            "\"base_rss_kb\":%ld,"
            "\"peak_rss_kb\":%ld,\"file_bytes\":%llu,\"alloc_bytes\":%llu,"
            "\"write_bytes\":%lld,\"wchar\":%lld,\"max_level\":%u,"
            "\"load\":%.2f,\"load_end\":%.2f}\n",
-           o->label, n, dim, o->metric, o->precision, o->M, o->efc,
+           o->label, n, dim, o->metric, o->precision, o->codes, o->M, o->efc,
            o->threads, (double)(t1 - t0) / 1e9, (double)(t2 - t1) / 1e9,
            (double)(t2 - t0) / 1e9, cpu, base_kb, peak_kb,
            (unsigned long long)st.file_bytes,
@@ -362,6 +378,90 @@ cmd_sweep(const opts *o)
     bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
                 o->min_time, o->k);
     keel_close(c.idx);
+    bench_free_gt(&gt);
+    free(q);
+    return 0;
+}
+
+/* keel_search_batch of every query, on the handle's threads. */
+typedef struct kmt {
+    kctx *c;
+    keel_result *res;
+    size_t *n;
+} kmt;
+
+static void
+k_set_ef_mt(void *m, unsigned ef)
+{
+    ((kmt *)m)->c->ef = ef;
+}
+
+static void
+k_search_all(void *mv, const float *q, size_t nq, size_t k, int64_t *ids)
+{
+    kmt *m = (kmt *)mv;
+    keel_search_params p;
+    memset(&p, 0, sizeof p);
+    p.ef = m->c->ef;
+    if (keel_search_batch(m->c->idx, q, nq, k, &p, m->res, m->n)) {
+        fprintf(stderr, "keel_search_batch: %s\n", keel_errmsg());
+        exit(1);
+    }
+    for (size_t i = 0; i < nq; i++)
+        for (size_t j = 0; j < k; j++)
+            ids[i * k + j] = j < m->n[i] ? (int64_t)m->res[i * k + j].id : -1;
+}
+
+static long long
+k_no_ndist(void *m)
+{
+    (void)m;
+    return -1;
+}
+
+static int
+cmd_mt(const opts *o)
+{
+    if (o->npos != 3)
+        usage();
+    size_t nq;
+    uint32_t dim;
+    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
+    bench_gt gt;
+    bench_load_gt(o->pos[2], nq, &gt);
+    unsigned efs[BENCH_MAX_EF];
+    int nef = bench_parse_efs(o->efs, efs);
+    unsigned threads = o->threads ? o->threads
+                                  : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+
+    keel_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.flags = KEEL_WARM;
+    opt.threads = threads;
+    static kctx c;
+    check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
+    if (keel_dim(c.idx) != dim)
+        bench_die("%s: the queries' dimensions differ from the index's",
+                  o->pos[1]);
+#ifdef KEEL_BENCH_INTERNALS
+    while (keel__warm_running(c.idx))
+        usleep(1000);
+#endif
+    kmt m;
+    m.c = &c;
+    m.res = (keel_result *)malloc(nq * o->k * sizeof *m.res);
+    m.n = (size_t *)malloc(nq * sizeof *m.n);
+    if (!m.res || !m.n)
+        bench_die("out of memory");
+    bench_engine e = {&m, k_set_ef_mt, NULL, k_no_ndist, NULL, NULL};
+    char tag[256];
+    snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
+             "\"call\":\"keel_search_batch\"", o->label);
+    bench_sweep_mt(&e, k_search_all, tag, q, nq, &gt, efs, nef,
+                   (int)o->rounds, o->min_time, o->k, threads);
+    keel_close(c.idx);
+    free(m.res);
+    free(m.n);
     bench_free_gt(&gt);
     free(q);
     return 0;
@@ -426,6 +526,8 @@ main(int argc, char **argv)
         return cmd_sweep(&o);
     if (strcmp(argv[1], "cold") == 0)
         return cmd_cold(&o, t0, main_ms);
+    if (strcmp(argv[1], "mt") == 0)
+        return cmd_mt(&o);
     usage();
     return 2;
 }

@@ -7,34 +7,49 @@
 #      (C, linked with libkeel.a), hnsw_bench (C++, hnswlib 0.6.2 headers
 #      from libhnswlib-dev), evict (page-cache eviction and launch);
 #      faiss_bench.py runs on Debian's /usr/bin/python3 with python3-faiss;
-#   2. prepares the data with tools/glove.sh and tools/fashion_mnist.sh
-#      (smoke: 2,000 vectors and 100 queries of test/data, ground truth from
-#      tools/groundtruth.c);
+#   2. prepares the data with tools/glove.sh, tools/fashion_mnist.sh and
+#      tools/gen_clusters.sh (smoke: 2,000 vectors and 100 queries of
+#      test/data, ground truth from tools/groundtruth.c);
 #   3. per data set and metric, builds every engine variant one after the
 #      other with the same M, ef_construction and threads;
 #   4. sweeps ef, one search thread, ROUNDS rounds; each round runs every
 #      variant once in a fresh process, the order rotated by one each round
 #      (keel, hnswlib, faiss, keel f16, ...), so slow spells of a shared
 #      machine fall on all engines;
+#   4b. every core (MT=1): keel_search_batch on THREADS search threads
+#      against hnswlib's knn_query style ParallelFor on as many, MT_EFS,
+#      ROUNDS rounds alternating, fresh processes (mt.jsonl);
 #   5. cold starts, COLD_ROUNDS rounds alternating engines: the index file
 #      evicted from the page cache (and checked out of it with mincore),
 #      then a fresh process;
 #   6. bench/report.py: medians, ranges, equal-recall ratios, the markdown
 #      table (DOC) and the recall/QPS plot (PNG, gnuplot).
-# JSON lines accumulate in OUT (build.jsonl, sweep.jsonl, cold.jsonl,
-# meta.jsonl); each run starts them afresh.
+# JSON lines accumulate in OUT (build.jsonl, sweep.jsonl, mt.jsonl,
+# cold.jsonl, meta.jsonl); each run starts them afresh.
 #
 # Settings (environment):
 #   SMOKE=1        the tiny run for CI: about half a minute, no downloads
 #   ROUNDS=3       sweep rounds          COLD_ROUNDS=5  cold-start rounds
-#   THREADS=n      build threads (default: every core)
+#   THREADS=n      build threads, and the search threads of the every-core
+#                  runs (default: every core)
 #   EFS=16,...     the ef values of every set (default: EFS_GLOVE, up to
-#                  4096, and EFS_FMNIST, up to 512)
+#                  4096, EFS_FMNIST, up to 512, and EFS_GEN, up to 2048)
+#   MT=1           the every-core runs (0: none); MT_EFS=... their ef values
+#                  (default: EFS if set, else a few per set, MT_EFS_GLOVE,
+#                  MT_EFS_FMNIST, MT_EFS_GEN)
 #   MIN_TIME=0.5   seconds of queries per ef point at least
-#   SETS="glove-l2 glove-cos fmnist-l2"   which data set / metric groups
+#   SETS="glove-l2 glove-cos fmnist-l2 gen1m-l2"   which data set / metric
+#                  groups (gen1m-l2: the generated Gaussian clusters)
+#   GEN_N=1000000  base vectors of the generated set (tools/gen_clusters.sh;
+#                  the group keeps its name at any size)
+#   GEN_FAISS=0    FAISS on the generated set too (its f32 build of the
+#                  million alone took more than 16 minutes here, against
+#                  hnswlib's 9 and keel's 6, and SQfp16 builds slower)
 #   F16=1          also keel f16 and FAISS IndexHNSWSQ fp16 (0: f32 only)
+#   I8=1           also keel i8: keel f32 with int8 traversal codes
+#                  (keel_options.codes = KEEL_CODES_I8; 0: without it)
 #   REUSE=1        keep indexes already built in an earlier run into OUT
-#   GLOVE_DIR, FMNIST_DIR   data directories (default data/...)
+#   GLOVE_DIR, FMNIST_DIR, GEN_DIR   data directories (default data/...)
 #   OUT=bench/out/full (smoke: bench/out/smoke)
 #   BUILD=build    keel's build directory (as in the Makefile)
 #   DOC=doc/benchmarks.md (smoke: OUT/benchmarks.md); PNG beside it
@@ -60,16 +75,27 @@ else
     efs_low=16,24,32,48,64,96,128,192,256,384,512
     EFS_GLOVE=${EFS_GLOVE:-$efs_low,768,1024,1536,2048,3072,4096}
     EFS_FMNIST=${EFS_FMNIST:-10,12,$efs_low} # ef < k = 10 is ef = 10
+    # A million vectors: fewer points, each pass of the queries costs more;
+    # recall@10 is about 0.50 at ef 16, 0.96 at 256 and 0.986 at 1024.
+    EFS_GEN=${EFS_GEN:-16,32,64,128,256,512,1024,2048}
+    MT_EFS_GLOVE=${MT_EFS_GLOVE:-64,128,256,512,1024,2048,4096}
+    MT_EFS_FMNIST=${MT_EFS_FMNIST:-10,16,32,64,128}
+    MT_EFS_GEN=${MT_EFS_GEN:-64,128,256,512,1024,2048}
     MIN_TIME=${MIN_TIME:-0.5}
-    SETS=${SETS:-glove-l2 glove-cos fmnist-l2}
+    SETS=${SETS:-glove-l2 glove-cos fmnist-l2 gen1m-l2}
     OUT=${OUT:-$root/bench/out/full}
     DOC=${DOC:-$root/doc/benchmarks.md}
 fi
 THREADS=${THREADS:-$(getconf _NPROCESSORS_ONLN)}
 F16=${F16:-1}
+I8=${I8:-1}
+MT=${MT:-1}
+GEN_N=${GEN_N:-1000000}
+GEN_FAISS=${GEN_FAISS:-0}
 REUSE=${REUSE:-0}
 GLOVE_DIR=${GLOVE_DIR:-$root/data/glove-100}
 FMNIST_DIR=${FMNIST_DIR:-$root/data/fashion-mnist-784}
+GEN_DIR=${GEN_DIR:-$root/data/gen-clusters}
 PNG=${DOC%.md}.png
 M=16
 EFC=200
@@ -105,7 +131,7 @@ if [ "$REUSE" != 1 ]; then
     rm -f "$idx"/*
 fi
 rm -f "$OUT/build.jsonl" "$OUT/sweep.jsonl" "$OUT/cold.jsonl" "$OUT/hot.jsonl" \
-    "$OUT/meta.jsonl" "$OUT/evict.log"
+    "$OUT/meta.jsonl" "$OUT/evict.log" "$OUT/mt.jsonl"
 
 say "building libkeel.a and the drivers"
 BUILD=${BUILD:-build}
@@ -157,9 +183,13 @@ data_of() {
         base=$FMNIST_DIR/fashion-mnist-784.base.fvecs
         query=$FMNIST_DIR/fashion-mnist-784.query.fvecs
         gt=$FMNIST_DIR/fashion-mnist-784.gt.l2.ivecs ;;
+    gen1m-l2)
+        base=$GEN_DIR/clusters-$GEN_N.base.fvecs
+        query=$GEN_DIR/clusters-$GEN_N.query.fvecs
+        gt=$GEN_DIR/clusters-$GEN_N.gt.l2.ivecs ;;
     *)
-        die "unknown group $1 (glove-l2, glove-cos, fmnist-l2, smoke-l2," \
-            "smoke-cos)" ;;
+        die "unknown group $1 (glove-l2, glove-cos, fmnist-l2, gen1m-l2," \
+            "smoke-l2, smoke-cos)" ;;
     esac
 }
 
@@ -194,26 +224,53 @@ case " $SETS " in
     sh "$root/tools/fashion_mnist.sh" "$FMNIST_DIR" ||
         die "tools/fashion_mnist.sh failed" ;;
 esac
+case " $SETS " in
+*" gen1m-"*)
+    say "generated clusters: tools/gen_clusters.sh $GEN_DIR $GEN_N"
+    sh "$root/tools/gen_clusters.sh" "$GEN_DIR" "$GEN_N" ||
+        die "tools/gen_clusters.sh failed"
+    printf '{"kind":"gen","n":%s}\n' "$GEN_N" >>"$OUT/meta.jsonl" ;;
+esac
 
 {
     printf '{"kind":"meta","smoke":%s,"rounds":%s,"cold_rounds":%s,' \
         "$SMOKE" "$ROUNDS" "$COLD_ROUNDS"
     printf '"threads":%s,"M":%s,"efc":%s,"min_time":%s,' \
         "$THREADS" "$M" "$EFC" "$MIN_TIME"
-    printf '"cold_ef":%s,"start":%s,"load_start":%s,"keel_src_cksum":"%s"}\n' \
+    printf '"cold_ef":%s,"start":%s,"load_start":%s,"keel_src_cksum":"%s",' \
         "$COLD_EF" "$start" "$(loadavg)" "$digest"
+    printf '"mt":%s,"i8":%s,"gen_faiss":%s}\n' "$MT" "$I8" "$GEN_FAISS"
 } >>"$OUT/meta.jsonl"
 
 # --- 3-5. per group ----------------------------------------------------------
 
-# The variants of a group: engine:precision.
+# The variants of a group: engine:precision (keel:i8 is keel f32 with int8
+# traversal codes). FAISS sits out the generated set unless GEN_FAISS=1.
 variants_of() {
-    v="keel:f32 hnswlib:f32 faiss:f32"
+    faiss=1
+    case $1 in
+    gen1m-*) [ "$GEN_FAISS" = 1 ] || faiss=0 ;;
+    esac
+    v="keel:f32 hnswlib:f32"
+    [ $faiss = 1 ] && v="$v faiss:f32"
     case $1 in
     *-l2)
-        if [ "$F16" = 1 ]; then v="$v keel:f16 faiss:f16"; fi ;;
+        if [ "$F16" = 1 ]; then
+            v="$v keel:f16"
+            [ $faiss = 1 ] && v="$v faiss:f16"
+        fi ;;
     esac
+    if [ "$I8" = 1 ]; then v="$v keel:i8"; fi
     printf '%s\n' "$v"
+}
+
+# The build options of a variant's precision: i8 is f32 storage with int8
+# codes.
+precision_args() {
+    case $1 in
+    i8) printf -- '--precision f32 --codes i8\n' ;;
+    *) printf -- '--precision %s\n' "$1" ;;
+    esac
 }
 
 metric_of() {
@@ -261,12 +318,14 @@ for g in $SETS; do
     metric=$(metric_of "$g")
     variants=$(variants_of "$g")
     case $g in
-    glove-*) efs=${EFS:-$EFS_GLOVE} ;;
-    fmnist-*) efs=${EFS:-$EFS_FMNIST} ;;
-    *) efs=$EFS ;;
+    glove-*) efs=${EFS:-$EFS_GLOVE} mt_efs=${MT_EFS:-${EFS:-$MT_EFS_GLOVE}} ;;
+    fmnist-*)
+        efs=${EFS:-$EFS_FMNIST} mt_efs=${MT_EFS:-${EFS:-$MT_EFS_FMNIST}} ;;
+    gen1m-*) efs=${EFS:-$EFS_GEN} mt_efs=${MT_EFS:-${EFS:-$MT_EFS_GEN}} ;;
+    *) efs=$EFS mt_efs=${MT_EFS:-$EFS} ;;
     esac
-    printf '{"kind":"efs","set":"%s","efs":"%s"}\n' "$g" "$efs" \
-        >>"$OUT/meta.jsonl"
+    printf '{"kind":"efs","set":"%s","efs":"%s","mt_efs":"%s"}\n' "$g" \
+        "$efs" "$mt_efs" >>"$OUT/meta.jsonl"
     for f in "$base" "$query" "$gt"; do
         [ -s "$f" ] || die "$f is missing"
     done
@@ -281,8 +340,9 @@ for g in $SETS; do
         else
             say "$label $e: building ($THREADS threads, M $M," \
                 "ef_construction $EFC; load $(loadavg))"
-            run "$e" build "$ix" "$base" --metric "$metric" --precision "$p" \
-                -M $M --efc $EFC --threads "$THREADS" --label "$label" \
+            # shellcheck disable=SC2046 # precision_args is a word list
+            run "$e" build "$ix" "$base" --metric "$metric" \
+                $(precision_args "$p") -M $M --efc $EFC --threads "$THREADS" --label "$label" \
                 >"$ix.build.json" || die "$label $e: build failed"
         fi
         cat "$ix.build.json" >>"$OUT/build.jsonl"
@@ -300,6 +360,23 @@ for g in $SETS; do
             run "$e" sweep "$ix" "$query" "$gt" --metric "$metric" \
                 --ef "$efs" --min-time "$MIN_TIME" --label "$g/$p" \
                 >>"$OUT/sweep.jsonl" || die "$g/$p $e: sweep failed"
+        done
+        r=$((r + 1))
+    done
+
+    # Every core: keel_search_batch against hnswlib's knn_query, THREADS
+    # search threads each, the same rounds, engines alternating.
+    r=0
+    while [ "$MT" = 1 ] && [ "$r" -lt "$ROUNDS" ]; do
+        # shellcheck disable=SC2046 # rotate prints a word list
+        for e in $(rotate $((r % 2)) keel hnswlib); do
+            ix=$(index_of "$e" "$g" f32)
+            say "$g/f32 $e: every core ($THREADS threads), round" \
+                "$((r + 1)) of $ROUNDS (load $(loadavg))"
+            run "$e" mt "$ix" "$query" "$gt" --metric "$metric" \
+                --ef "$mt_efs" --threads "$THREADS" --min-time "$MIN_TIME" \
+                --label "$g/f32" >>"$OUT/mt.jsonl" ||
+                die "$g/f32 $e: every-core sweep failed"
         done
         r=$((r + 1))
     done
