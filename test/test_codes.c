@@ -354,7 +354,8 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
     float x[5] = {1.0f, -0.5f, 0.25f, 0.0f, -1.0f};
     uint8_t row[64];
     memset(row, 0xAA, sizeof row);
-    keel__code_encode(x, 5, row, 64);
+    float tmp[5];
+    keel__code_encode(x, KEEL_F32, NULL, 5, tmp, row, 64);
     float s, n;
     int32_t sum;
     memcpy(&s, row + CODE_SCALE, 4);
@@ -371,15 +372,157 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
     for (int i = CODE_BYTES_AT + 5; i < 64; i++)
         CHECK_EQ(row[i], 0);
     uint8_t qu[5];
-    keel_code_query cq = {.qu = qu};
-    keel__code_query(x, 5, 1, &cq);
+    keel_code_query cq = {.qu = qu, .tmp = tmp};
+    keel__code_query(x, NULL, 5, 1, &cq);
     /* The row's own vector: its coded distance to itself is near 0. */
     float d = keel__code_dist(keel__kernels()->code_dot, &cq, row, 5);
     CHECK_MSG(d > -0.02f && d < 0.02f, "coded distance to itself %g", d);
     float zero[5] = {0};
-    keel__code_encode(zero, 5, row, 64);
+    keel__code_encode(zero, KEEL_F32, NULL, 5, tmp, row, 64);
     memcpy(&s, row + CODE_SCALE, 4);
     CHECK(s == 0.0f);
+}
+
+/* recall@10 at ef 64 of n vectors (dim 64) whose component 0 carries a
+** shared offset, against the exact answer, with and without codes. */
+static double
+offset_recall(float offset, keel_codes codes, const char *name)
+{
+    enum { N = 5000, D = 64, NQ = 100 };
+    float *v = td_random(N, D, 11), *q = td_random(NQ, D, 12);
+    for (size_t i = 0; i < N; i++)
+        v[i * D] += offset;
+    for (size_t i = 0; i < NQ; i++)
+        q[i * D] += offset;
+    keel_options o = {.codes = codes};
+    keel_index *idx;
+    double r = -1;
+    if (keel_open(test_path(name), D, &o, &idx) == KEEL_OK &&
+        keel_add_batch(idx, v, N, NULL, NULL) == KEEL_OK) {
+        size_t hit = 0;
+        for (size_t i = 0; i < NQ; i++) {
+            /* the exact ten: a partial selection over all N */
+            double best[10];
+            uint64_t ids[10];
+            for (int j = 0; j < 10; j++)
+                best[j] = 1e300, ids[j] = UINT64_MAX;
+            for (size_t x = 0; x < N; x++) {
+                double d = td_l2sq(q + i * D, v + x * D, D);
+                if (d >= best[9])
+                    continue;
+                int j = 9;
+                for (; j > 0 && best[j - 1] > d; j--)
+                    best[j] = best[j - 1], ids[j] = ids[j - 1];
+                best[j] = d, ids[j] = x;
+            }
+            keel_result res[10];
+            size_t n;
+            if (keel_search(idx, q + i * D, 10, NULL, res, &n))
+                break;
+            for (size_t a = 0; a < n; a++)
+                for (int b = 0; b < 10; b++)
+                    hit += res[a].id == ids[b];
+        }
+        r = hit / (double)(NQ * 10);
+    }
+    keel_close(idx);
+    free(v);
+    free(q);
+    return r;
+}
+
+/* Codes are taken about the index's centre: a component every vector
+** shares (an offset) does not take the byte range from the others. */
+TEST(an_offset_shared_by_every_vector_costs_no_recall)
+{
+    static const float offsets[] = {0, 100, 1000};
+    for (size_t i = 0; i < 3; i++) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "off-none-%zu.keel", i);
+        snprintf(b, sizeof b, "off-i8-%zu.keel", i);
+        double rn = offset_recall(offsets[i], KEEL_CODES_NONE, a);
+        double rc = offset_recall(offsets[i], KEEL_CODES_I8, b);
+        printf("    offset %g: recall@10 %.3f without codes, %.3f with\n",
+               offsets[i], rn, rc);
+        CHECK(rn > 0.5);
+        CHECK_MSG(rc >= rn - 0.03, "offset %g: %.3f with codes, %.3f without",
+                  offsets[i], rc, rn);
+    }
+}
+
+#if defined(__x86_64__)
+#include <fenv.h>
+#include <xmmintrin.h>
+
+/* codes.h (1): the bytes of a row do not depend on the caller's
+** floating-point environment: flush-to-zero, denormals-are-zero (what
+** -ffast-math turns on) and the rounding mode. */
+TEST(rows_are_the_same_bytes_in_any_floating_point_environment)
+{
+    float x[4] = {1e-37f, -5e-38f, 2e-38f, 0.0f}, c[4] = {1e-39f, 0, 0, 0};
+    float tmp[4];
+    uint8_t ref[64], got[64];
+    keel__code_encode(x, KEEL_F32, c, 4, tmp, ref, 64);
+    unsigned csr = _mm_getcsr();
+    static const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+    for (int m = 0; m < 3; m++) {
+        _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+        fesetround(modes[m]);
+        keel__code_encode(x, KEEL_F32, c, 4, tmp, got, 64);
+        fesetround(FE_TONEAREST);
+        _mm_setcsr(csr);
+        CHECK_MSG(memcmp(ref, got, 64) == 0, "rounding mode %d", m);
+    }
+    /* and through a file: written with FTZ/DAZ on, checked with them off */
+    const char *path = test_path("ftz.keel");
+    keel_options o = {.codes = KEEL_CODES_I8};
+    keel_index *idx;
+    CHECK_OK(keel_open(path, 4, &o, &idx));
+    _mm_setcsr(csr | 0x8040u);
+    uint64_t id;
+    int rc1 = keel_add(idx, x, &id);
+    float y[4] = {1, 2, 3, 4};
+    int rc2 = keel_add(idx, y, &id);
+    _mm_setcsr(csr);
+    CHECK_OK(rc1);
+    CHECK_OK(rc2);
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_check(idx));
+    CHECK_OK(keel_close(idx));
+    CHECK_OK(keel_open_reader(path, NULL, &idx));
+    CHECK_OK(keel_check(idx));
+    CHECK_OK(keel_close(idx));
+}
+#endif
+
+/* A row whose sum field was damaged (the largest i32 values): searches
+** give some answer without overflowing (UBSan runs this), and keel_check
+** names the file corrupt. */
+TEST(damaged_row_sums_never_overflow_a_search)
+{
+    load_data();
+    const char *path = test_path("sums.keel");
+    keel_index *idx;
+    CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 600, &idx));
+    CHECK_OK(keel_flush(idx));
+    CHECK_OK(keel_close(idx));
+    int fd = open(path, O_RDWR);
+    for (uint64_t s = 0; s < 600; s++) {
+        uint32_t rb;
+        uint64_t off = row_offset(path, s, &rb);
+        CHECK(off != 0);
+        int32_t big = s % 2 ? INT32_MAX : INT32_MIN;
+        CHECK(pwrite(fd, &big, 4, (off_t)(off + CODE_SUM)) == 4);
+    }
+    close(fd);
+    CHECK_OK(keel_open_reader(path, NULL, &idx));
+    for (size_t i = 0; i < 20; i++) {
+        keel_result r[10];
+        size_t n;
+        CHECK_OK(keel_search(idx, queries.v + i * base.dim, 10, NULL, r, &n));
+    }
+    CHECK_ERR(keel_check(idx), KEEL_ECORRUPT);
+    CHECK_OK(keel_close(idx));
 }
 
 TEST_MAIN()

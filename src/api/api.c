@@ -640,6 +640,29 @@ add_rollback(keel_store *st, uint64_t next_slot, uint64_t heap_mark,
     keel__store_forget_ids(st, next_id);
 }
 
+/* A file with codes, its first add: the centre every row is coded about
+** is the mean of this call's n vectors as stored (codes.h). */
+static int
+place_centre(keel_index *idx, const float *vecs, size_t n)
+{
+    uint32_t dim = idx->dim;
+    double *sum = keel__calloc(dim, sizeof *sum);
+    float *c = keel__malloc(dim * sizeof *c);
+    int rc = sum && c ? KEEL_OK : KEEL_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++) {
+        to_stored(idx, vecs + i * dim, idx->conv + dim, idx->conv);
+        keel__code_centre_add(idx->conv + dim, idx->precision, dim, sum,
+                              idx->conv + 2 * (size_t)dim);
+    }
+    if (!rc) {
+        keel__code_centre_end(sum, n, dim, c);
+        rc = keel__store_put_centre(idx->st, c);
+    }
+    keel__free(sum);
+    keel__free(c);
+    return rc;
+}
+
 /* Writes n vectors (checked) into new slots and links them; all or none:
 ** on failure the index is as it was before the call. */
 static int
@@ -655,6 +678,11 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
     if (rc)
         return rc;
     keel__huge_pages_advise_batch(idx, first, n);
+    if (st->g.code_bytes && first == 0 && (rc = place_centre(idx, vecs, n))) {
+        add_rollback(st, next_slot, heap_mark, next_id);
+        return rc;
+    }
+    const float *centre = keel__store_centre(st);
     for (size_t i = 0; i < n; i++) {
         uint64_t slot = first + i, ref = 0;
         uint32_t level = keel__graph_level(idx->gr, slot);
@@ -666,9 +694,9 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         uint64_t id = ids ? ids[i] : first_auto + i;
         uint8_t *code = (uint8_t *)(idx->conv + 3 * (size_t)idx->dim);
         if (st->g.code_bytes)
-            keel__code_encode_stored(idx->conv + idx->dim, idx->precision,
-                                     idx->dim, idx->conv + 2 * idx->dim, code,
-                                     st->g.code_bytes);
+            keel__code_encode(idx->conv + idx->dim, idx->precision, centre,
+                              idx->dim, idx->conv + 2 * idx->dim, code,
+                              st->g.code_bytes);
         keel__store_write_slot(st, slot, id, idx->conv + idx->dim, code, level,
                                ref);
     }

@@ -112,7 +112,9 @@ check_slot(keel_store *st, const keel_header *h, const keel_view *v,
     if (st->g.code_bytes) {
         /* codes.h (1): the row is the stored vector's, byte for byte. */
         uint8_t *row = (uint8_t *)(buf + st->g.dim);
-        keel__code_encode(f, st->g.dim, row, st->g.code_bytes);
+        keel__code_encode(f, KEEL_F32, keel__store_centre(st), st->g.dim,
+                          buf + st->g.dim + st->g.code_bytes / 4, row,
+                          st->g.code_bytes);
         if (memcmp(row, keel__store_code(st, s), st->g.code_bytes) != 0)
             return KEEL_CORRUPT("slot %llu's traversal code row does not "
                                 "match its vector", (unsigned long long)s);
@@ -203,8 +205,8 @@ check_commit(keel_store *st, keel_header *h)
                                 "layer %u", h->entry, (unsigned)(e & 0xFF),
                                 h->max_level);
     }
-    /* A vector widened to f32, then a code row. */
-    float *buf = keel__malloc(st->g.dim * sizeof(float) + st->g.code_bytes);
+    /* A vector widened to f32, a code row, dim floats of scratch. */
+    float *buf = keel__malloc(2 * st->g.dim * sizeof(float) + st->g.code_bytes);
     u64set ids = {0};
     uint64_t cap = 16;
     while (cap < h->count * 2)

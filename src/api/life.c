@@ -100,6 +100,9 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     int rc = keel__store_id_reserve(nw, live);
     if (!rc && live)
         rc = keel__store_reserve(nw, live, &first);
+    /* Rows are copied as they are: the new file keeps their centre. */
+    if (!rc && live && old->g.code_bytes)
+        rc = keel__store_put_centre(nw, keel__store_centre(old));
     if (rc)
         return rc;
     uint64_t to = 0;

@@ -1,19 +1,27 @@
 /* codes.h -- traversal codes: the int8 copy of each vector that searches
 ** walk the graph on (keel_options.codes = KEEL_CODES_I8).
 **
-** A code row (doc/format.md 3) holds x's scale s = max|x_i| / 127, the
-** codes c_i = round(x_i / s) in -127..127, s^2 sum c_i^2 and sum c_i, so
-** s c approximates x. A query is coded the same way into unsigned bytes
-** (its codes + 128), and the walk's distance comes from one exact integer
-** dot product (dist.h invariant 4) and a few float operations, the same on
-** every machine and kernel table. The results a search returns are then
-** measured again on the stored vectors (search.c), so codes decide which
-** nodes a walk visits, never a reported distance.
+** Every vector x is coded relative to the index's centre c (the mean of
+** the vectors of the file's first add, kept at the start of heap chunk 0:
+** doc/format.md 3): y = x - c, s = max|y_i| / 127, codes c_i = round(y_i /
+** s) in -127..127, so c + s codes approximates x. Centring keeps a
+** component that every vector shares (an offset, an outlier dimension of a
+** model's embeddings) from taking the whole byte range. A row holds s,
+** s^2 sum c_i^2, sum c_i and the codes. A query is coded the same way into
+** unsigned bytes (codes + 128); the walk's distance comes from one exact
+** integer dot product (dist.h invariant 4) and a few float operations:
+**   L2:        q' = q - c coded; |q' - y|^2 = |q'|^2 - 2 q'.y + |y|^2
+**   cosine/IP: q coded;          q.x = q.c + q.y
+** The results a search returns are measured again on the stored vectors
+** (search.c), so codes decide which nodes a walk visits, never a reported
+** distance.
 **
 ** Invariants:
 **   (1) A row is a pure function of the stored vector (widened to f32 in
-**       f16 files): keel_check recomputes every committed row and compares
-**       bytes.
+**       f16 files) and the centre: coding runs in a fixed floating-point
+**       environment (round to nearest, no flush to zero, no denormals as
+**       zero), whatever the calling process set, so keel_check in any
+**       process recomputes every committed row and compares bytes.
 **   (2) Bytes of a row past 16 + dim are zero.
 */
 #ifndef KEEL_CODES_H
@@ -26,29 +34,39 @@
 /* Row layout. */
 enum { CODE_SCALE = 0, CODE_NORM = 4, CODE_SUM = 8, CODE_BYTES_AT = 16 };
 
-/* Writes the row of x (dim floats) into row (row_bytes, from
-** keel__code_row_bytes). */
-void keel__code_encode(const float *x, uint32_t dim, uint8_t *row,
+/* Writes the row of stored vector v (f32, or f16 with precision KEEL_F16)
+** about centre c (dim floats) into row (row_bytes, from
+** keel__code_row_bytes); tmp: dim floats of scratch. */
+void keel__code_encode(const void *v, int precision, const float *c,
+                       uint32_t dim, float *tmp, uint8_t *row,
                        uint32_t row_bytes);
 
-/* The row of a stored vector (f32 or f16, widened into tmp: dim floats). */
-void keel__code_encode_stored(const void *stored, int precision, uint32_t dim,
-                              float *tmp, uint8_t *row, uint32_t row_bytes);
+/* The centre as a mean: keel__code_centre_add adds stored vector v (f32 or
+** f16) into sum (dim doubles, zero at first; tmp: dim floats of scratch);
+** keel__code_centre_end writes the mean of n added into c (dim floats). */
+void keel__code_centre_add(const void *v, int precision, uint32_t dim,
+                           double *sum, float *tmp);
+void keel__code_centre_end(const double *sum, size_t n, uint32_t dim,
+                           float *c);
 
 /* A query as the walk compares it with rows. */
 typedef struct keel_code_query {
     uint8_t *qu;              /* dim bytes: the query's codes + 128 */
+    float *tmp;               /* dim floats of scratch */
     float scale;              /* its s */
-    float norm;               /* sum q_i^2 (L2) */
+    float norm;               /* L2: |q - c|^2 */
+    float qc;                 /* cosine/IP: q.c */
     int l2;                   /* 1: squared L2; 0: 1 - dot */
 } keel_code_query;
 
-/* Codes query q (dim floats) into cq (cq->qu has room for dim bytes). */
-void keel__code_query(const float *q, uint32_t dim, int l2,
+/* Codes query q (dim floats) about centre c into cq. */
+void keel__code_query(const float *q, const float *c, uint32_t dim, int l2,
                       keel_code_query *cq);
 
 /* The walk's distance from cq to a row: the metric's internal distance
-** (squared L2, or 1 - dot) between the two coded vectors. */
+** (squared L2, or 1 - dot) between the query and the coded vector. The
+** integer terms are taken in 64 bits, so a damaged row gives a wrong
+** distance, never an overflow. */
 static inline float
 keel__code_dist(keel_code_dot_fn dot, const keel_code_query *cq,
                 const uint8_t *row, uint32_t dim)
@@ -58,10 +76,10 @@ keel__code_dist(keel_code_dot_fn dot, const keel_code_query *cq,
     memcpy(&s, row + CODE_SCALE, 4);
     memcpy(&n, row + CODE_NORM, 4);
     memcpy(&sum, row + CODE_SUM, 4);
-    int32_t d = dot(cq->qu, (const int8_t *)(row + CODE_BYTES_AT), dim) -
-                128 * sum;
-    float qx = cq->scale * s * (float)d;
-    return cq->l2 ? cq->norm - 2.0f * qx + n : 1.0f - qx;
+    int64_t d = (int64_t)dot(cq->qu, (const int8_t *)(row + CODE_BYTES_AT),
+                             dim) - 128 * (int64_t)sum;
+    float qy = cq->scale * s * (float)d;
+    return cq->l2 ? cq->norm - 2.0f * qy + n : 1.0f - (cq->qc + qy);
 }
 
 #endif /* KEEL_CODES_H */

@@ -49,6 +49,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->qbuf = keel__malloc(gr->dim * sizeof(float));
     c->vbuf = keel__malloc(gr->dim * sizeof(float));
     c->cq.qu = keel__malloc(gr->dim);
+    c->cq.tmp = keel__malloc(gr->dim * sizeof(float));
     c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
     c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     c->link.flags = keel__malloc(2 * (size_t)gr->M0 + 2);
@@ -59,7 +60,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     /* A neighbour's vector, record and slot header (br_vectors). */
     c->bwant = keel__malloc(3 * ((size_t)gr->M0 + 1) * sizeof *c->bwant);
-    if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->link.cand || !c->link.keep ||
+    if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->cq.tmp || !c->link.cand || !c->link.keep ||
         !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
         return NULL;
@@ -82,6 +83,7 @@ keel__search_ctx_free(keel_search_ctx *c)
     keel__free(c->qbuf);
     keel__free(c->vbuf);
     keel__free(c->cq.qu);
+    keel__free(c->cq.tmp);
     keel__free(c->link.cand);
     keel__free(c->link.keep);
     keel__free(c->link.flags);
@@ -697,7 +699,8 @@ keel__search_code_query(const keel_graph *gr, keel_search_ctx *c,
 {
     c->coded = gr->codes;
     if (c->coded)
-        keel__code_query(q, gr->dim, gr->metric == KEEL_L2, &c->cq);
+        keel__code_query(q, keel__store_centre(gr->st), gr->dim,
+                         gr->metric == KEEL_L2, &c->cq);
     return c->coded;
 }
 

@@ -387,6 +387,13 @@ keel__header_decode(const uint8_t *buf, uint64_t file_len, keel_header *h,
             (unsigned long long)h->count);
     if (h->max_level >= KEEL_MAX_LEVELS || (h->count == 0 && h->max_level))
         BAD("top layer %u", h->max_level);
+    /* Codes are coded about a centre at the start of heap chunk 0, placed
+     * by the first add (doc/format.md 3). */
+    if (h->codes && h->count &&
+        (h->heap_chunks == 0 ||
+         (h->heap_used >> 32 == 0 && (h->heap_used & 0xFFFFFFFFu) < 4ull * h->dim)))
+        BAD("traversal codes of %llu vectors without their centre",
+            (unsigned long long)h->count);
     if (h->deleted > h->count)
         BAD("%llu deleted of %llu", (unsigned long long)h->deleted,
             (unsigned long long)h->count);

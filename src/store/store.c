@@ -332,10 +332,10 @@ add_chunk(keel_store *st)
     return KEEL_OK;
 }
 
-int
-keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref)
+/* need bytes of heap (a multiple of 4) at the writer's heap position. */
+static int
+heap_take(keel_store *st, uint64_t need, uint64_t *ref)
 {
-    uint64_t need = 4ull * st->g.M * levels;
     uint32_t c = (uint32_t)(st->work.heap_used >> 32);
     uint64_t off = st->work.heap_used & 0xFFFFFFFFu;
     if (st->nheap == 0 || off + need > st->heap[c].bytes) {
@@ -356,11 +356,36 @@ keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref)
             return rc;
         ch->reserved = to;
     }
-    uint32_t *e = (uint32_t *)(void *)(ch->base + off);
-    for (uint64_t j = 0; j < need / 4; j++)
-        KEEL_STORE_RELAXED(&e[j], KEEL_EMPTY);
     *ref = (uint64_t)c << 32 | off;
     st->work.heap_used = (uint64_t)c << 32 | (off + need);
+    return KEEL_OK;
+}
+
+int
+keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref)
+{
+    uint64_t need = 4ull * st->g.M * levels;
+    int rc = heap_take(st, need, ref);
+    if (rc)
+        return rc;
+    uint32_t c = (uint32_t)(*ref >> 32);
+    uint32_t *e = (uint32_t *)(void *)(st->heap[c].base + (*ref & 0xFFFFFFFFu));
+    for (uint64_t j = 0; j < need / 4; j++)
+        KEEL_STORE_RELAXED(&e[j], KEEL_EMPTY);
+    return KEEL_OK;
+}
+
+int
+keel__store_put_centre(keel_store *st, const float *c)
+{
+    uint64_t ref;
+    if (st->work.heap_used != 0)
+        return KEEL_CORRUPT("%s: the heap is in use before the traversal "
+                            "codes' centre is placed", st->path);
+    int rc = heap_take(st, 4ull * st->g.dim, &ref);
+    if (rc)
+        return rc;
+    memcpy(st->heap[0].base, c, 4ull * st->g.dim);
     return KEEL_OK;
 }
 

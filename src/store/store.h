@@ -207,6 +207,17 @@ keel__store_vec(const keel_store *st, uint64_t slot)
     return KEEL_LOAD_RELAXED(&s->vecs) + i * st->g.vec_bytes;
 }
 
+/* A file with codes: its centre (dim floats at the start of heap chunk 0,
+** doc/format.md 3), NULL while no heap chunk is mapped; meaningful once
+** the file has a vector. */
+static inline const float *
+keel__store_centre(const keel_store *st)
+{
+    if (!st->g.code_bytes || KEEL_LOAD_ACQUIRE(&st->nheap) == 0)
+        return NULL;
+    return (const float *)(const void *)KEEL_LOAD_RELAXED(&st->heap[0].base);
+}
+
 /* The traversal code row of a slot (files with codes only). */
 static inline const uint8_t *
 keel__store_code(const keel_store *st, uint64_t slot)
@@ -300,6 +311,9 @@ void keel__store_unreserve(keel_store *st, uint64_t n);
 
 /* Writer: heap. Allocates an entry for `levels` upper lists (all EMPTY). */
 int keel__store_heap_alloc(keel_store *st, uint32_t levels, uint64_t *ref);
+/* A file with codes: places the centre c (dim floats) at the start of heap
+** chunk 0, before anything else is allocated there (the first add). */
+int keel__store_put_centre(keel_store *st, const float *c);
 /* Saves and restores the heap position (a failed batch). */
 uint64_t keel__store_heap_mark(const keel_store *st);
 void keel__store_heap_reset(keel_store *st, uint64_t mark);
