@@ -157,9 +157,9 @@ def test_ecorrupt(index, tmp_path):
 
 
 def test_eversion(index, tmp_path):
-    def newer(data):                  # read_version 3 in both copies
-        data[8:12] = (3).to_bytes(4, "little")
-        data[65536 + 8:65536 + 12] = (3).to_bytes(4, "little")
+    def newer(data):                  # read_version 1000 in both copies
+        data[8:12] = (1000).to_bytes(4, "little")
+        data[65536 + 8:65536 + 12] = (1000).to_bytes(4, "little")
     p = _damaged_copy(index, tmp_path, "new.keel", newer)
     msg = raises(keel.VersionError, ValueError, keel.IndexReader, p)
     assert "newer keel" in msg

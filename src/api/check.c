@@ -198,6 +198,11 @@ check_commit(keel_store *st, keel_header *h)
     v.count = v.limit = h->count;
     v.epoch = h->epoch;
     v.as_committed = 1;
+    const float *centre = keel__store_centre(st);
+    for (uint32_t i = 0; h->count && centre && i < st->g.dim; i++)
+        if (!isfinite(centre[i]))
+            return KEEL_CORRUPT("the traversal codes' centre holds a "
+                                "non-finite component %u", i);
     if (h->count) {
         uint64_t e = KEEL_LOAD_RELAXED(keel__store_rec(st, h->entry));
         if ((e & 0xFF) != h->max_level)

@@ -3,8 +3,9 @@
 **
 ** Compaction (keel_compact), with the writer lock held throughout:
 **   1. flush;
-**   2. write every live vector (same ids, same metric, precision, M and
-**      identity: the new file is the same index) into
+**   2. write every live vector (same ids, same metric, precision, codes, M
+**      and identity: the new file is the same index; its traversal codes
+**      taken about the live vectors' mean, codes.h) into
 **      <path>.compacting, link them with the batch build, commit it with the
 **      old file's next id (auto ids are never reused) and epoch + 1 (so a
 **      snapshot's (count, epoch) never names two states);
@@ -84,6 +85,35 @@ parent_dir(const char *path)
     return d;
 }
 
+/* A file with codes: the new file's centre is the mean of the live
+** vectors (the old one may be the mean of vectors long deleted), placed in
+** nw; *scratch gets the space the rows are coded in (dim floats, then a
+** row), for the caller to keel__free. */
+static int
+new_centre(keel_store *old, const keel_view *v, keel_store *nw,
+           float **scratch)
+{
+    uint32_t dim = old->g.dim;
+    double *sum = keel__calloc(dim, sizeof *sum);
+    float *c = keel__malloc(dim * sizeof *c);
+    *scratch = keel__malloc(dim * sizeof(float) + old->g.code_bytes);
+    int rc = sum && c && *scratch ? KEEL_OK : KEEL_ENOMEM;
+    uint64_t n = 0;
+    for (uint64_t s = 0; s < old->committed.count && !rc; s++)
+        if (keel__store_present(v, s)) {
+            keel__code_centre_add(keel__store_vec(old, s), old->precision,
+                                  dim, sum, *scratch);
+            n++;
+        }
+    if (!rc) {
+        keel__code_centre_end(sum, n, dim, c);
+        rc = keel__store_put_centre(nw, c);
+    }
+    keel__free(sum);
+    keel__free(c);
+    return rc;
+}
+
 /* Writes the live vectors of old into the new store and links them. */
 static int
 copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
@@ -100,27 +130,31 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     int rc = keel__store_id_reserve(nw, live);
     if (!rc && live)
         rc = keel__store_reserve(nw, live, &first);
-    /* Rows are copied as they are: the new file keeps their centre. */
+    float *scratch = NULL;
     if (!rc && live && old->g.code_bytes)
-        rc = keel__store_put_centre(nw, keel__store_centre(old));
-    if (rc)
-        return rc;
+        rc = new_centre(old, &v, nw, &scratch);
+    const float *centre = keel__store_centre(nw);
+    uint8_t *row = scratch ? (uint8_t *)(scratch + old->g.dim) : NULL;
     uint64_t to = 0;
-    for (uint64_t s = 0; s < old->committed.count; s++) {
+    for (uint64_t s = 0; s < old->committed.count && !rc; s++) {
         if (!keel__store_present(&v, s))
             continue;
         uint64_t ref = 0, id = keel__store_id(old, s);
         uint32_t level = keel__graph_level(ngr, to);
         if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
-            return rc;
-        keel__store_write_slot(nw, to, id, keel__store_vec(old, s),
-                               old->g.code_bytes ? keel__store_code(old, s)
-                                                 : NULL,
+            break;
+        if (row)
+            keel__code_encode(keel__store_vec(old, s), old->precision, centre,
+                              old->g.dim, scratch, row, old->g.code_bytes);
+        keel__store_write_slot(nw, to, id, keel__store_vec(old, s), row,
                                level, ref);
         if ((rc = keel__store_id_insert(nw, id, to)))
-            return rc;
+            break;
         to++;
     }
+    keel__free(scratch);
+    if (rc)
+        return rc;
     nw->work.next_id = old->committed.next_id;
     nw->work.epoch = old->committed.epoch + 1;
     if (!live)

@@ -21,32 +21,41 @@
 
 /* The caller's floating-point state, saved by fp_fix and put back by
 ** fp_restore. */
+/* On x86-64 float arithmetic is SSE's, whose rounding, flush-to-zero and
+** denormals-are-zero all live in MXCSR: that register alone is saved, set
+** and put back (fegetround would read the x87 unit's mode, and fesetround
+** would set both). Elsewhere the rounding mode goes through fenv.h, and
+** arm64's flush-to-zero bit through FPCR. */
 typedef struct fp_state {
-    int round;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned csr;
-#elif defined(__aarch64__)
+#else
+    int round;
+#if defined(__aarch64__)
     uint64_t fpcr;
+#endif
 #endif
 } fp_state;
 
 static void
 fp_fix(fp_state *s)
 {
-    s->round = fegetround();
-    if (s->round != FE_TONEAREST)
-        fesetround(FE_TONEAREST);
 #if defined(__x86_64__) || defined(__i386__)
     s->csr = _mm_getcsr();
     /* FTZ (bit 15), DAZ (bit 6), rounding (bits 13-14) */
     unsigned want = s->csr & ~(0x8000u | 0x0040u | 0x6000u);
     if (want != s->csr)
         _mm_setcsr(want);
-#elif defined(__aarch64__)
+#else
+    s->round = fegetround();
+    if (s->round != FE_TONEAREST)
+        fesetround(FE_TONEAREST);
+#if defined(__aarch64__)
     __asm__ volatile("mrs %0, fpcr" : "=r"(s->fpcr));
     uint64_t want = s->fpcr & ~((uint64_t)1 << 24); /* FZ */
     if (want != s->fpcr)
         __asm__ volatile("msr fpcr, %0" : : "r"(want));
+#endif
 #endif
 }
 
@@ -55,11 +64,13 @@ fp_restore(const fp_state *s)
 {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_setcsr(s->csr);
-#elif defined(__aarch64__)
+#else
+#if defined(__aarch64__)
     __asm__ volatile("msr fpcr, %0" : : "r"(s->fpcr));
 #endif
     if (s->round != FE_TONEAREST)
         fesetround(s->round);
+#endif
 }
 
 /* y = v - c as f32 (v widened from f16 when precision says so). */
@@ -95,6 +106,8 @@ code_of(float y, float s)
     if (s == 0.0f)
         return 0;
     float r = roundf(y / s);
+    if (r != r) /* a damaged centre: no code is right, none is undefined */
+        return 0;
     return r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
 }
 

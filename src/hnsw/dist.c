@@ -293,8 +293,8 @@ dot4_f16(const float *q, const void *const v[4], uint32_t dim, float out[4])
         out[i] = dot_f16(q, v[i], dim);
 }
 
-static int32_t
-code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
+int32_t
+keel__code_dot_scalar(const uint8_t *qu, const int8_t *c, uint32_t dim)
 {
     int32_t s = 0;
     for (uint32_t i = 0; i < dim; i++)
@@ -307,7 +307,7 @@ static const keel_kernels kernels_scalar = {
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
-    code_dot,
+    keel__code_dot_scalar,
     "scalar",
 };
 

@@ -10,6 +10,11 @@
 
 #include "hnsw/dist.h"
 
+/* The scalar table's code_dot (dist.c), which tables without a kernel of
+** their own share. */
+int32_t keel__code_dot_scalar(const uint8_t *qu, const int8_t *c,
+                              uint32_t dim);
+
 #if defined(__x86_64__)
 extern const keel_kernels keel__kernels_avx2;
 extern const keel_kernels keel__kernels_avx512;

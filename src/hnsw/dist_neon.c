@@ -209,21 +209,12 @@ dot4_f16(const float *q, const void *const v[4], uint32_t dim, float out[4])
     kernel4(q, v, dim, out, 1, 1);
 }
 
-static int32_t
-code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
-{
-    int32_t s = 0;
-    for (uint32_t i = 0; i < dim; i++)
-        s += (int32_t)qu[i] * c[i];
-    return s;
-}
-
 const keel_kernels keel__kernels_neon = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
-    code_dot,
+    keel__code_dot_scalar, /* the compiler vectorizes the plain loop */
     "neon",
 };
 

@@ -14,11 +14,11 @@
 #define KEEL_MAGIC            "KEELVIX\0"
 /* The newest format this build reads and writes. Files without traversal
 ** codes are written as version 1 (any keel reads and writes them); files
-** with codes carry write_version 2, so a writer that does not know codes
+** with codes carry write_version 3, so a writer that does not know codes
 ** (and would leave them stale) refuses them, while its readers, which
 ** never look at the codes array, read them. */
-#define KEEL_FORMAT_VERSION   2u
-#define KEEL_FORMAT_CODES     2u
+#define KEEL_FORMAT_VERSION   3u
+#define KEEL_FORMAT_CODES     3u
 
 #define KEEL_HDR_A_OFF        0u
 #define KEEL_HDR_B_OFF        65536u

@@ -385,6 +385,13 @@ keel__store_put_centre(keel_store *st, const float *c)
     int rc = heap_take(st, 4ull * st->g.dim, &ref);
     if (rc)
         return rc;
+    if (ref != 0) {
+        st->work.heap_used = 0;
+        return keel__fail(KEEL_EFULL, "%s: the first heap chunk cannot hold "
+                          "the %u-float centre of the traversal codes\nhelp: "
+                          "create the index without codes, or with fewer "
+                          "dimensions", st->path, st->g.dim);
+    }
     memcpy(st->heap[0].base, c, 4ull * st->g.dim);
     return KEEL_OK;
 }
