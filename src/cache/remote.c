@@ -38,6 +38,12 @@ keel__cache_inflight_max(void)
     return KEEL_LOAD_RELAXED(&inflight_max);
 }
 
+uint64_t
+keel__cache_inflight_now(void)
+{
+    return KEEL_LOAD_RELAXED(&inflight_now);
+}
+
 void
 keel__cache_inflight_reset(void)
 {
