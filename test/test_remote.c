@@ -601,6 +601,38 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
     keel_close(w);
 }
 
+/* With warm, the open does not bring the heap in a batch of its own
+** (warm brings it first): besides warm's, only the header pages' GETs. */
+TEST(with_warm_the_open_leaves_the_heap_to_warm)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "warmheap");
+    keel_index *w = build_n(test_path("warmheap.keel"), url, KEEL_L2,
+                            KEEL_F32, 87, 4 * N);
+    CHECK(w != NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    uint64_t cold = GETS(r); /* the header pages and the heap */
+    keel_close(r);
+    keel_options o = {.flags = KEEL_WARM};
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    for (int i = 0; i < 20000 && keel__warm_running(r); i++)
+        usleep(1000);
+    CHECK(!keel__warm_running(r));
+    keel_cache_counters n;
+    CHECK_OK(keel__remote_counters(r, &n));
+    printf("     open without warm: %llu GETs; with warm: %llu besides "
+           "warm's %llu\n", (unsigned long long)cold,
+           (unsigned long long)(n.gets - n.warm_gets),
+           (unsigned long long)n.warm_gets);
+    CHECK(n.gets - n.warm_gets < cold);
+    CHECK_EQ(n.missing, 0);
+    CHECK(same_results(w, r, 88, NULL));
+    keel_close(r);
+    keel_close(w);
+}
+
 TEST(a_small_memory_cache_gives_the_same_results_and_evicts)
 {
     NEED_SERVER();
