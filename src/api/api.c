@@ -394,7 +394,8 @@ env_bytes(const char *name)
 /* A reader of the index published at url: its page cache (options, then
 ** the environment), then a store over the cache's image. */
 static int
-open_remote(const char *url, const keel_options *o, keel_store **st)
+open_remote(const char *url, const keel_options *o, int warm,
+            keel_store **st)
 {
     keel_cache_config cfg = {.url = url};
     cfg.cache_dir = o && o->cache_dir ? o->cache_dir : getenv("KEEL_CACHE_DIR");
@@ -405,7 +406,7 @@ open_remote(const char *url, const keel_options *o, keel_store **st)
                            : env_bytes("KEEL_MEMORY_CACHE_BYTES");
     keel_cache *c;
     int rc = keel__cache_open(&cfg, &c);
-    return rc ? rc : keel__store_open_remote(c, st);
+    return rc ? rc : keel__store_open_remote(c, warm, st);
 }
 
 int
@@ -445,8 +446,9 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
     if (!idx)
         return KEEL_ENOMEM;
     keel_store *st;
-    rc = strncmp(path, "s3://", 5) == 0 ? open_remote(path, opt, &st)
-                                         : keel__store_open_reader(path, &st);
+    rc = strncmp(path, "s3://", 5) == 0
+             ? open_remote(path, opt, (idx->flags & KEEL_WARM) != 0, &st)
+             : keel__store_open_reader(path, &st);
     if (rc) {
         index_free(idx);
         return rc;

@@ -17,7 +17,7 @@
 **
 ** A published index (read by URL) has no system read-ahead to ask: its
 ** ranges, and its id table, go to its page cache through the batch-read
-** policy in steps of 64 MiB, about 16 GETs of 4 MiB in flight (warm_remote).
+** policy in steps of 32 MiB, two steps at once (warm_remote).
 **
 ** Order: the heap (upper layers, which every search crosses first), then
 ** each segment's level-0 records, vectors and slot headers, segment by
@@ -51,12 +51,20 @@
 /* A published index's step: up to this many bytes of its written ranges
 ** (and at most WARM_PIECES of them) go to its page cache at once; the
 ** batch-read policy cuts them into extents of KEEL_BR_EXTENT_MAX and reads
-** up to KEEL_BR_MAX_RUNS runs at once, so a step keeps about 16 GETs of
-** 4 MiB in flight. (GloVe-340k, 195 MiB, 20 ms per request: 8 MiB steps of
-** one region each, one GET after another, took 2.2 s to warm;
+** up to KEEL_BR_MAX_RUNS runs at once, and the page cache merges
+** neighbouring pages of a pack into one GET: 4 or 5 GETs of up to 8 MiB.
+** (GloVe-340k, 195 MiB, 20 ms per request: 8 MiB steps of one region
+** each, one GET after another, took 2.2 s to warm;
 ** doc/object_storage_bench.md.) */
-#define WARM_STEP_REMOTE (64u << 20)
+#define WARM_STEP_REMOTE (32u << 20)
 #define WARM_PIECES 64
+/* Steps of a published index's warm in flight at once, each one batch (at
+** most KEEL_BR_MAX_RUNS GETs, from the process's allowance): the next step
+** starts while the slowest GETs of the one before are still on the wire,
+** or while its pages are checked and installed. (GloVe-340k, 20 ms per
+** request: 100th result 863 ms [695-942] with one step of 64 MiB at a time,
+** 670 ms [551-900] with two of 32 MiB; doc/object_storage_bench.md.) */
+#define WARM_LANES 2
 
 typedef struct warm_range {
     uint8_t *addr;
@@ -104,54 +112,118 @@ warm_asked_to_stop(void *arg)
     return __atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
 }
 
-/* A published index: every written range into its page cache, and then
-** the id table (keel_get and filters by id read it; a local file's warm
-** leaves it to the system), through the batch-read policy,
-** WARM_STEP_REMOTE bytes at a time (ranges cut at the step, and several
-** small ones in one step); a failed fetch is left to the search that needs
-** the page. With every page in, searches stop announcing theirs
-** (cache.h keel__cache_complete). 0 when stopped. */
-static int
-warm_remote(struct keel_warm *w, keel_cache *remote)
+/* A step of a published index's warm: pieces [first, first + n) of the
+** list, up to WARM_STEP_REMOTE bytes. */
+typedef struct warm_step {
+    size_t first, n, bytes;
+} warm_step;
+
+/* The steps, shared by warm's lanes: each takes the next step not taken
+** yet (steps start in order), brings it in, and takes another. */
+typedef struct warm_lanes {
+    struct keel_warm *w;
+    keel_cache *remote;
+    const keel_br_range *piece;
+    const warm_step *step;
+    size_t nsteps;
+    size_t next;              /* atomic: the next step to take */
+    int stopped;              /* atomic */
+} warm_lanes;
+
+static void *
+warm_lane(void *arg)
 {
-    keel_br_range piece[WARM_PIECES];
-    size_t np = 0, bytes = 0;
+    warm_lanes *L = arg;
+    struct keel_warm *w = L->w;
     keel_br_scratch scratch = {0};
-    int stopped = 0;
     /* Close, refresh and compaction stop warm: its GETs in flight are
      * abandoned within a poll, never waited out to the stall timeout. */
     keel_stop stop;
     keel__stop_init(&stop, warm_asked_to_stop, w);
-    const keel_idtab *t = w->view.idtab;
-    add_range(t ? t->tab : NULL, t ? (size_t)4 << t->log2 : 0, 0, w);
-    for (size_t i = 0; i <= w->n && !stopped; i++) {
-        uintptr_t a = i < w->n ? (uintptr_t)w->ranges[i].addr : 0;
-        uintptr_t end = i < w->n ? a + w->ranges[i].len : 0;
-        do {
-            size_t len = (size_t)KEEL_MIN((uintptr_t)(WARM_STEP_REMOTE - bytes),
-                                          end - a);
-            if (len) {
-                piece[np++] = (keel_br_range){0, len, (const void *)a};
-                bytes += len;
-                a += len;
-            }
-            /* A full step, or the last range: bring it in. */
-            if (np && (np == WARM_PIECES || bytes == WARM_STEP_REMOTE ||
-                       i == w->n)) {
-                if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-                    stopped = 1;
-                    break;
-                }
-                if (keel__cache_bring_addr(remote, piece, np, &scratch,
-                                           &stop))
-                    keel__clear_error();
-                w->advised += bytes;
-                np = bytes = 0;
-            }
-        } while (a < end);
+    for (;;) {
+        size_t k = __atomic_fetch_add(&L->next, 1, __ATOMIC_RELAXED);
+        if (k >= L->nsteps)
+            break;
+        if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&L->stopped, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        const warm_step *s = &L->step[k];
+        if (keel__cache_bring_addr(L->remote, L->piece + s->first, s->n,
+                                   &scratch, &stop))
+            keel__clear_error();
+        __atomic_add_fetch(&w->advised, (uint64_t)s->bytes,
+                           __ATOMIC_RELAXED);
     }
     keel__br_scratch_free(&scratch);
-    return !stopped;
+    return NULL;
+}
+
+/* A published index: every written range into its page cache, and then
+** the id table (keel_get and filters by id read it; a local file's warm
+** leaves it to the system), through the batch-read policy,
+** WARM_STEP_REMOTE bytes at a time (ranges cut at the step, and several
+** small ones in one step), WARM_LANES steps at once: the next step's GETs
+** start while the slowest of the one before are still on the wire. A
+** failed fetch is left to the search that needs the page. With every page
+** in, searches stop announcing theirs (cache.h keel__cache_complete). 0
+** when stopped. */
+static int
+warm_remote(struct keel_warm *w, keel_cache *remote)
+{
+    const keel_idtab *t = w->view.idtab;
+    add_range(t ? t->tab : NULL, t ? (size_t)4 << t->log2 : 0, 0, w);
+    /* The steps: each range cut where a step fills. */
+    keel_br_range *piece = NULL;
+    warm_step *step = NULL;
+    size_t np = 0, pcap = 0, ns = 0, scap = 0;
+    int ok = 1;
+    for (size_t i = 0; i < w->n && ok; i++) {
+        uintptr_t a = (uintptr_t)w->ranges[i].addr;
+        uintptr_t end = a + w->ranges[i].len;
+        while (a < end && ok) {
+            if (!ns || step[ns - 1].bytes == WARM_STEP_REMOTE ||
+                step[ns - 1].n == WARM_PIECES) {
+                if (ns == scap) {
+                    scap = scap ? 2 * scap : 16;
+                    warm_step *p = keel__realloc(step, scap * sizeof *p);
+                    if (!(ok = p != NULL))
+                        break;
+                    step = p;
+                }
+                step[ns++] = (warm_step){np, 0, 0};
+            }
+            warm_step *s = &step[ns - 1];
+            size_t len = (size_t)KEEL_MIN(
+                (uintptr_t)(WARM_STEP_REMOTE - s->bytes), end - a);
+            if (np == pcap) {
+                pcap = pcap ? 2 * pcap : 64;
+                keel_br_range *p = keel__realloc(piece, pcap * sizeof *p);
+                if (!(ok = p != NULL))
+                    break;
+                piece = p;
+            }
+            piece[np++] = (keel_br_range){0, len, (const void *)a};
+            s->n++;
+            s->bytes += len;
+            a += len;
+        }
+    }
+    warm_lanes L = {.w = w, .remote = remote, .piece = piece, .step = step,
+                    .nsteps = ok ? ns : 0};
+    pthread_t tid[WARM_LANES];
+    int nt = 0;
+    for (int k = 1; k < WARM_LANES && L.nsteps > 1; k++)
+        if (pthread_create(&tid[nt], NULL, warm_lane, &L) == 0)
+            nt++;
+    warm_lane(&L);
+    for (int k = 0; k < nt; k++)
+        pthread_join(tid[k], NULL);
+    keel__free(piece);
+    keel__free(step);
+    /* Out of memory reads nothing more: warm is advice. */
+    return !__atomic_load_n(&L.stopped, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE) && ok;
 }
 
 /* Advises every range with adv in steps of WARM_STEP; 0 when stopped. The

@@ -48,8 +48,10 @@
 **       was installed and writes it only if it still hashes to the
 **       manifest's value (a page punched or replaced meanwhile reads as
 **       other bytes and is skipped): searches and warm never wait for the
-**       file system, and no copy of a page waits in memory. Close writes
-**       every waiting page first.
+**       file system, and no copy of a page waits in memory. The writer
+**       waits while GETs of pages are on the wire (up to 2 s at a time):
+**       it competes with them for the machine. Close writes every waiting
+**       page first, without waiting.
 */
 #ifndef KEEL_CACHE_H
 #define KEEL_CACHE_H
@@ -231,6 +233,8 @@ keel__cache_complete(const keel_cache *c)
 /* Most GETs in flight at once in this process since the last reset
 ** (counted by remote.c around every batch of ranged GETs). */
 uint64_t keel__cache_inflight_max(void);
+/* GETs of pages on the wire now, process-wide. */
+uint64_t keel__cache_inflight_now(void);
 void keel__cache_inflight_reset(void);
 
 /* remote.c: fetches granules g[0..n) of the pinned version into bufs

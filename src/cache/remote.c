@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -36,6 +37,12 @@ uint64_t
 keel__cache_inflight_max(void)
 {
     return KEEL_LOAD_RELAXED(&inflight_max);
+}
+
+uint64_t
+keel__cache_inflight_now(void)
+{
+    return KEEL_LOAD_RELAXED(&inflight_now);
 }
 
 void
@@ -107,6 +114,56 @@ manifest_exists(keel_cache *c, keel_s3 *s3, uint64_t seq, int *exists)
     return rc;
 }
 
+/* Reads manifest/<seq> (at most KEEL_MAN_MAX_BYTES) and decodes it into m;
+** KEEL_ENOTFOUND (message cleared) when there is no such object. */
+static int
+manifest_get(keel_cache *c, keel_s3 *s3, uint64_t seq, keel_manifest *m)
+{
+    char key[KEY_MAX];
+    void *data = NULL;
+    size_t len = 0;
+    keel__man_key(key, sizeof key, c->prefix, seq);
+    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    int rc = keel__s3_get(s3, c->bucket, key, NULL, KEEL_MAN_MAX_BYTES, &data,
+                          &len, NULL);
+    if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket")) {
+        keel__clear_error();
+        return KEEL_ENOTFOUND;
+    }
+    if (rc)
+        return wrap(c, rc);
+    rc = keel__manifest_decode(data, len, key, m);
+    keel__free(data);
+    if (rc == KEEL_OK && m->npages < KEEL_CACHE_PINNED) {
+        uint64_t np = m->npages;
+        keel__manifest_free(m);
+        rc = KEEL_CORRUPT("manifest %s describes %" PRIu64 " pages, fewer "
+                          "than an index has", key, np);
+    }
+    return rc ? wrap(c, rc) : KEEL_OK;
+}
+
+/* The probe of manifest/<seq> on a thread of its own, beside the GET of
+** the hinted manifest (keel__remote_newest). */
+typedef struct probe {
+    keel_cache *c;
+    uint64_t seq;
+    int rc, exists;
+    char msg[1024];
+} probe;
+
+static void *
+probe_main(void *arg)
+{
+    probe *p = arg;
+    keel_s3 *s3 = keel__remote_client(p->c);
+    p->rc = s3 ? manifest_exists(p->c, s3, p->seq, &p->exists) : KEEL_ENOMEM;
+    if (p->rc)
+        snprintf(p->msg, sizeof p->msg, "%s", keel_errmsg());
+    keel__remote_release(p->c, s3);
+    return NULL;
+}
+
 int
 keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
                     keel_manifest *m)
@@ -146,11 +203,37 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     keel__clear_error();
     rc = KEEL_OK;
     if (hint > seq) {
-        int exists = 0;
-        if ((rc = manifest_exists(c, s3, hint, &exists)))
-            return wrap(c, rc);
-        if (exists)
-            seq = hint; /* verified, not trusted */
+        /* The hinted manifest itself, and beside it (a thread of its own,
+         * one round trip for both) whether the next one exists: a hint
+         * that is right costs one round trip after it, not three. What
+         * was read is verified, never trusted: the manifest decodes and
+         * checks as any other, and a newer one wins (invariant 3). */
+        probe p = {.c = c, .seq = hint + 1};
+        pthread_t tid;
+        int threaded = pthread_create(&tid, NULL, probe_main, &p) == 0;
+        rc = manifest_get(c, s3, hint, m);
+        if (threaded)
+            pthread_join(tid, NULL);
+        else
+            probe_main(&p);
+        if (p.rc == KEEL_OK && p.exists) {
+            /* The hint is behind: probe on from the next one. */
+            if (rc == KEEL_OK)
+                keel__manifest_free(m);
+            memset(m, 0, sizeof *m);
+            seq = hint + 1;
+            rc = KEEL_OK;
+        } else if (rc == KEEL_ENOTFOUND) {
+            rc = KEEL_OK; /* a wrong hint: probe from where we are */
+        } else if (rc) {
+            return rc;
+        } else if (p.rc) {
+            keel__manifest_free(m);
+            memset(m, 0, sizeof *m);
+            return wrap(c, keel__fail(p.rc, "%s", p.msg));
+        } else {
+            return KEEL_OK; /* the hint's is the newest */
+        }
     }
     for (;;) {
         int exists;
@@ -162,20 +245,13 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     }
     if (seq == after)
         return KEEL_OK; /* nothing newer */
-    keel__man_key(key, sizeof key, c->prefix, seq);
-    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
-    rc = keel__s3_get(s3, c->bucket, key, NULL, KEEL_MAN_MAX_BYTES, &data,
-                      &len, NULL);
-    if (rc)
-        return wrap(c, rc);
-    rc = keel__manifest_decode(data, len, key, m);
-    keel__free(data);
-    if (rc == KEEL_OK && m->npages < KEEL_CACHE_PINNED) {
-        keel__manifest_free(m);
-        rc = KEEL_CORRUPT("manifest %s describes %" PRIu64 " pages, fewer "
-                          "than an index has", key, m->npages);
-    }
-    return rc ? wrap(c, rc) : KEEL_OK;
+    rc = manifest_get(c, s3, seq, m);
+    if (rc == KEEL_ENOTFOUND)
+        rc = wrap(c, keel__fail(KEEL_ENOTFOUND, "manifest %" PRIu64 " was "
+                                "there a moment ago and is gone\nhelp: "
+                                "retry; something removes versions under "
+                                "the reader", seq));
+    return rc;
 }
 
 /* --- pages ------------------------------------------------------------------ */

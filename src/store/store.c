@@ -1560,19 +1560,20 @@ fail:
     return rc;
 }
 
-static int open_remote_on(keel_cache *c, int lent, keel_store **out);
+static int open_remote_on(keel_cache *c, int lent, int warm,
+                          keel_store **out);
 
 int
-keel__store_open_remote(keel_cache *c, keel_store **out)
+keel__store_open_remote(keel_cache *c, int warm, keel_store **out)
 {
-    return open_remote_on(c, 0, out);
+    return open_remote_on(c, 0, warm, out);
 }
 
 int
 keel__store_reopen_remote(keel_store *old, keel_store **out)
 {
     keel_store *st;
-    int rc = open_remote_on(old->remote, 1, &st);
+    int rc = open_remote_on(old->remote, 1, 0, &st);
     if (rc)
         return rc;
     st->remote_lent = 0;
@@ -1584,7 +1585,8 @@ keel__store_reopen_remote(keel_store *old, keel_store **out)
 /* A published index's heap (the upper layers' lists, which every search's
 ** descent reads first, each list not in a fault and a round trip of its
 ** own), up to KEEL_REMOTE_HEAP_MAX bytes of it, brought into the page
-** cache in one batch at open, unless batch reads are off. Advice: a fetch
+** cache in one batch at open, unless batch reads are off or warm is about
+** to start (it brings the heap first, a round trip sooner). Advice: a fetch
 ** that fails is left to the search that needs the page. (GloVe-340k, 2 MiB
 ** of heap, 20 ms per request: 7 of the first search's 19 faults were in
 ** the heap; doc/object_storage_bench.md.) */
@@ -1610,9 +1612,10 @@ bring_heap(keel_store *st)
     keel__br_scratch_free(&s);
 }
 
-/* A store over c's memfd; lent: c stays with its owner whatever happens. */
+/* A store over c's memfd; lent: c stays with its owner whatever happens;
+** warm: no heap batch (keel__store_open_remote). */
 static int
-open_remote_on(keel_cache *c, int lent, keel_store **out)
+open_remote_on(keel_cache *c, int lent, int warm, keel_store **out)
 {
     keel_store *st = store_new(c->memfd, c->url, 0);
     if (!st) {
@@ -1644,7 +1647,8 @@ open_remote_on(keel_cache *c, int lent, keel_store **out)
     st->snap.sequence = 0;
     if ((rc = map_pages(st)) || (rc = refresh_snapshot(st)))
         goto fail;
-    bring_heap(st);
+    if (!warm)
+        bring_heap(st);
     *out = st;
     return KEEL_OK;
 fail:

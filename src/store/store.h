@@ -174,8 +174,10 @@ int keel__store_open_reader(const char *path, keel_store **out);
 ** into its page cache at open, in one batch (store.c bring_heap). */
 #define KEEL_REMOTE_HEAP_MAX ((uint64_t)8 << 20)
 /* A reader of the published index behind c (cache.h), which the store
-** takes over (closed with it, or here on failure). */
-int keel__store_open_remote(keel_cache *c, keel_store **out);
+** takes over (closed with it, or here on failure). warm: the caller warms
+** the reader as soon as it is open, and warm brings the heap first, so
+** the open does not wait a batch of its own for it. */
+int keel__store_open_remote(keel_cache *c, int warm, keel_store **out);
 /* A new reader over the cache of the remote store old, as its image is
 ** now (the cache switched to another version): mappings and snapshot of
 ** that version's file. On success the new store owns the cache and old
