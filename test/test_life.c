@@ -1043,7 +1043,8 @@ TEST(a_forked_child_does_not_keep_the_writer_lock)
 ** another thread opens and closes the writer. */
 typedef struct forker {
     int stop;             /* atomic */
-    int n;                /* children made; read after the join */
+    int n;                /* children made (atomic: the opener waits for
+                           * some before it stops) */
     pid_t pid[1024];
 } forker;
 
@@ -1058,8 +1059,10 @@ forker_main(void *arg)
             for (;;)
                 pause();
         }
-        if (p > 0)
-            f->pid[f->n++] = p;
+        if (p > 0) {
+            f->pid[f->n] = p;
+            __atomic_store_n(&f->n, f->n + 1, __ATOMIC_RELEASE);
+        }
         usleep(200);
     }
     return NULL;
@@ -1078,8 +1081,13 @@ TEST(a_fork_on_another_thread_never_keeps_the_writer_lock)
     forker *f = calloc(1, sizeof *f);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, forker_main, f) == 0);
+    /* 300 opens at least, and on until the forker has made some
+     * children (a loaded machine may not run it at once), within 20 s. */
     int iters = 0, rc = KEEL_OK;
-    for (; iters < 300 && rc == KEEL_OK; iters++) {
+    time_t until = time(NULL) + 20;
+    for (; (iters < 300 || __atomic_load_n(&f->n, __ATOMIC_ACQUIRE) < 8) &&
+           rc == KEEL_OK && time(NULL) < until;
+         iters++) {
         rc = keel_open(test_path("forklock.keel"), 0, NULL, &w);
         if (rc == KEEL_OK)
             keel_close(w);
