@@ -373,6 +373,33 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
     CHECK(s == 0.0f);
 }
 
+/* How many of the n results are among the exact ten nearest (by L2) to q
+** of the nv vectors at v (dim floats each, ids first_id, first_id + 1,
+** ...): a partial selection over all of them. */
+static size_t
+exact_top10_hits(const keel_result *res, size_t n, const float *q,
+                 const float *v, size_t nv, uint32_t dim, uint64_t first_id)
+{
+    double best[10];
+    uint64_t ids[10];
+    for (int j = 0; j < 10; j++)
+        best[j] = 1e300, ids[j] = UINT64_MAX;
+    for (size_t x = 0; x < nv; x++) {
+        double d = td_l2sq(q, v + x * dim, dim);
+        if (d >= best[9])
+            continue;
+        int j = 9;
+        for (; j > 0 && best[j - 1] > d; j--)
+            best[j] = best[j - 1], ids[j] = ids[j - 1];
+        best[j] = d, ids[j] = first_id + x;
+    }
+    size_t hit = 0;
+    for (size_t a = 0; a < n; a++)
+        for (int b = 0; b < 10; b++)
+            hit += res[a].id == ids[b];
+    return hit;
+}
+
 /* recall@10 at ef 64 of n vectors (dim 64) whose component 0 carries a
 ** shared offset, against the exact answer, with and without codes. */
 static double
@@ -391,27 +418,11 @@ offset_recall(float offset, keel_codes codes, const char *name)
         keel_add_batch(idx, v, N, NULL, NULL) == KEEL_OK) {
         size_t hit = 0;
         for (size_t i = 0; i < NQ; i++) {
-            /* the exact ten: a partial selection over all N */
-            double best[10];
-            uint64_t ids[10];
-            for (int j = 0; j < 10; j++)
-                best[j] = 1e300, ids[j] = UINT64_MAX;
-            for (size_t x = 0; x < N; x++) {
-                double d = td_l2sq(q + i * D, v + x * D, D);
-                if (d >= best[9])
-                    continue;
-                int j = 9;
-                for (; j > 0 && best[j - 1] > d; j--)
-                    best[j] = best[j - 1], ids[j] = ids[j - 1];
-                best[j] = d, ids[j] = x;
-            }
             keel_result res[10];
             size_t n;
             if (keel_search(idx, q + i * D, 10, NULL, res, &n))
                 break;
-            for (size_t a = 0; a < n; a++)
-                for (int b = 0; b < 10; b++)
-                    hit += res[a].id == ids[b];
+            hit += exact_top10_hits(res, n, q + i * D, v, N, D, 0);
         }
         r = hit / (double)(NQ * 10);
     }
@@ -454,25 +465,10 @@ TEST(compaction_takes_the_centre_from_the_live_vectors)
         CHECK_OK(keel_check(idx));
         size_t hit = 0;
         for (size_t i = 0; i < NQ; i++) {
-            double best[10];
-            uint64_t top[10];
-            for (int j = 0; j < 10; j++)
-                best[j] = 1e300, top[j] = UINT64_MAX;
-            for (size_t x = 0; x < N; x++) {
-                double d = td_l2sq(q + i * D, b + x * D, D);
-                if (d >= best[9])
-                    continue;
-                int j = 9;
-                for (; j > 0 && best[j - 1] > d; j--)
-                    best[j] = best[j - 1], top[j] = top[j - 1];
-                best[j] = d, top[j] = N + x;
-            }
             keel_result r[10];
             size_t n;
             CHECK_OK(keel_search(idx, q + i * D, 10, NULL, r, &n));
-            for (size_t x = 0; x < n; x++)
-                for (int j = 0; j < 10; j++)
-                    hit += r[x].id == top[j];
+            hit += exact_top10_hits(r, n, q + i * D, b, N, D, N);
         }
         rec[codes] = hit / (double)(NQ * 10);
         CHECK_OK(keel_close(idx));
