@@ -349,6 +349,36 @@ bench_free_gt(bench_gt *gt)
     gt->dist = NULL;
 }
 
+/* What a sweep runs (the drivers' `sweep` and `mt`): the queries, their
+** ground truth and the efs. */
+typedef struct bench_queries {
+    float *q;
+    size_t nq;
+    uint32_t dim;
+    bench_gt gt;
+    unsigned efs[BENCH_MAX_EF];
+    int nef;
+} bench_queries;
+
+/* The queries at qpath, the ground truth at gtpath (a row per query at
+** least) and the ef list efs ("16,24,32"). */
+static inline void
+bench_load_queries(const char *qpath, const char *gtpath, const char *efs,
+                   bench_queries *in)
+{
+    in->q = (float *)bench_load_vecs(qpath, &in->nq, &in->dim);
+    bench_load_gt(gtpath, in->nq, &in->gt);
+    in->nef = bench_parse_efs(efs, in->efs);
+}
+
+static inline void
+bench_free_queries(bench_queries *in)
+{
+    bench_free_gt(&in->gt);
+    free(in->q);
+    in->q = NULL;
+}
+
 /* Hits of one query's k results: strict (id in the true top k) and with
 ** ties (true distance equal to the k-th true distance also counts). */
 static inline void
@@ -402,6 +432,18 @@ typedef struct bench_cold_opts {
     double max_s;
 } bench_cold_opts;
 
+/* The ef of a sweep's untimed first pass: the largest of efs up to 256,
+** else the first. */
+static inline unsigned
+bench_warm_ef(const unsigned *efs, int nef)
+{
+    unsigned warm_ef = 0;
+    for (int i = 0; i < nef; i++)
+        if (efs[i] > warm_ef && efs[i] <= 256)
+            warm_ef = efs[i];
+    return warm_ef ? warm_ef : efs[0];
+}
+
 /* The recall / QPS sweep; prints one JSON line per ef and round. `tag` is
 ** the JSON object's opening fields, such as "\"engine\":\"keel\"". */
 static inline void
@@ -410,11 +452,7 @@ bench_sweep(const bench_engine *e, const char *tag, const float *queries,
             int nef, int rounds, double min_time, size_t k)
 {
     int64_t *ids = (int64_t *)malloc(nq * k * sizeof *ids);
-    unsigned warm_ef = 0; /* the largest ef up to 256 */
-    for (int i = 0; i < nef; i++)
-        if (efs[i] > warm_ef && efs[i] <= 256)
-            warm_ef = efs[i];
-    e->set_ef(e->ctx, warm_ef ? warm_ef : efs[0]);
+    e->set_ef(e->ctx, bench_warm_ef(efs, nef));
     for (size_t i = 0; i < nq; i++)
         e->search(e->ctx, queries + i * dim, k, ids);
     for (int r = 0; r < rounds; r++) {
@@ -467,11 +505,7 @@ bench_sweep_mt(const bench_engine *e, bench_search_all_fn search_all,
                double min_time, size_t k, unsigned threads)
 {
     int64_t *ids = (int64_t *)malloc(nq * k * sizeof *ids);
-    unsigned warm_ef = 0;
-    for (int i = 0; i < nef; i++)
-        if (efs[i] > warm_ef && efs[i] <= 256)
-            warm_ef = efs[i];
-    e->set_ef(e->ctx, warm_ef ? warm_ef : efs[0]);
+    e->set_ef(e->ctx, bench_warm_ef(efs, nef));
     search_all(e->ctx, queries, nq, k, ids);
     for (int r = 0; r < rounds; r++) {
         for (int fi = 0; fi < nef; fi++) {

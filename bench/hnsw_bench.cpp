@@ -339,25 +339,19 @@ cmd_sweep(const opts *o)
 {
     if (o->npos != 3)
         usage();
-    size_t nq;
-    uint32_t dim;
-    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
-    bench_gt gt;
-    bench_load_gt(o->pos[2], nq, &gt);
-    unsigned efs[BENCH_MAX_EF];
-    int nef = bench_parse_efs(o->efs.c_str(), efs);
-    hnswlib::SpaceInterface<float> *space = make_space(o, dim);
+    bench_queries in;
+    bench_load_queries(o->pos[1], o->pos[2], o->efs.c_str(), &in);
+    hnswlib::SpaceInterface<float> *space = make_space(o, in.dim);
     hctx c;
-    h_open(o, dim, space, &c);
+    h_open(o, in.dim, space, &c);
     bench_engine e = {&c, h_set_ef, h_search, h_ndist, NULL, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"kind\":\"sweep\"";
-    bench_sweep(&e, tag.c_str(), q, nq, dim, &gt, efs, nef, (int)o->rounds,
-                o->min_time, o->k);
+    bench_sweep(&e, tag.c_str(), in.q, in.nq, in.dim, &in.gt, in.efs, in.nef,
+                (int)o->rounds, o->min_time, o->k);
     delete c.h;
     delete space;
-    bench_free_gt(&gt);
-    free(q);
+    bench_free_queries(&in);
     return 0;
 }
 
@@ -366,29 +360,24 @@ cmd_mt(const opts *o)
 {
     if (o->npos != 3)
         usage();
-    size_t nq;
-    uint32_t dim;
-    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
-    bench_gt gt;
-    bench_load_gt(o->pos[2], nq, &gt);
-    unsigned efs[BENCH_MAX_EF];
-    int nef = bench_parse_efs(o->efs.c_str(), efs);
-    hnswlib::SpaceInterface<float> *space = make_space(o, dim);
+    bench_queries in;
+    bench_load_queries(o->pos[1], o->pos[2], o->efs.c_str(), &in);
+    hnswlib::SpaceInterface<float> *space = make_space(o, in.dim);
     hctx c;
-    h_open(o, dim, space, &c);
+    h_open(o, in.dim, space, &c);
     hmt m;
     m.c = &c;
     m.threads = o->threads;
-    m.norm.resize((size_t)o->threads * dim);
+    m.norm.resize((size_t)o->threads * in.dim);
     bench_engine e = {&m, h_set_ef_mt, NULL, h_no_ndist, NULL, NULL};
     std::string tag = "\"engine\":\"hnswlib\",\"label\":\"" + o->label +
                       "\",\"call\":\"knn_query\"";
-    bench_sweep_mt(&e, h_search_all, tag.c_str(), q, nq, &gt, efs, nef,
-                   (int)o->rounds, o->min_time, o->k, o->threads);
+    bench_sweep_mt(&e, h_search_all, tag.c_str(), in.q, in.nq, &in.gt,
+                   in.efs, in.nef, (int)o->rounds, o->min_time, o->k,
+                   o->threads);
     delete c.h;
     delete space;
-    bench_free_gt(&gt);
-    free(q);
+    bench_free_queries(&in);
     return 0;
 }
 

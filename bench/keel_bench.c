@@ -336,13 +336,8 @@ cmd_sweep(const opts *o)
 {
     if (o->npos != 3)
         usage();
-    size_t nq;
-    uint32_t dim;
-    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
-    bench_gt gt;
-    bench_load_gt(o->pos[2], nq, &gt);
-    unsigned efs[BENCH_MAX_EF];
-    int nef = bench_parse_efs(o->efs, efs);
+    bench_queries in;
+    bench_load_queries(o->pos[1], o->pos[2], o->efs, &in);
 
     keel_options opt;
     memset(&opt, 0, sizeof opt);
@@ -352,7 +347,7 @@ cmd_sweep(const opts *o)
     static kctx c;
     int64_t open0 = bench_now_ns();
     check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
-    if (keel_dim(c.idx) != dim)
+    if (keel_dim(c.idx) != in.dim)
         bench_die("%s: the queries' dimensions differ from the index's",
                   o->pos[1]);
     double warm_ms = -1;
@@ -375,11 +370,10 @@ cmd_sweep(const opts *o)
              "\"kind\":\"sweep\",\"url\":%d,\"warm_ms\":%.1f,"
              "\"missing\":%lld", off ? "-off" : "", o->label,
              is_url(o->pos[0]), warm_ms, missing);
-    bench_sweep(&e, tag, q, nq, dim, &gt, efs, nef, (int)o->rounds,
-                o->min_time, o->k);
+    bench_sweep(&e, tag, in.q, in.nq, in.dim, &in.gt, in.efs, in.nef,
+                (int)o->rounds, o->min_time, o->k);
     keel_close(c.idx);
-    bench_free_gt(&gt);
-    free(q);
+    bench_free_queries(&in);
     return 0;
 }
 
@@ -424,13 +418,8 @@ cmd_mt(const opts *o)
 {
     if (o->npos != 3)
         usage();
-    size_t nq;
-    uint32_t dim;
-    float *q = (float *)bench_load_vecs(o->pos[1], &nq, &dim);
-    bench_gt gt;
-    bench_load_gt(o->pos[2], nq, &gt);
-    unsigned efs[BENCH_MAX_EF];
-    int nef = bench_parse_efs(o->efs, efs);
+    bench_queries in;
+    bench_load_queries(o->pos[1], o->pos[2], o->efs, &in);
     unsigned threads = o->threads ? o->threads
                                   : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -440,7 +429,7 @@ cmd_mt(const opts *o)
     opt.threads = threads;
     static kctx c;
     check(keel_open_reader(o->pos[0], &opt, &c.idx), "keel_open_reader");
-    if (keel_dim(c.idx) != dim)
+    if (keel_dim(c.idx) != in.dim)
         bench_die("%s: the queries' dimensions differ from the index's",
                   o->pos[1]);
 #ifdef KEEL_BENCH_INTERNALS
@@ -449,21 +438,20 @@ cmd_mt(const opts *o)
 #endif
     kmt m;
     m.c = &c;
-    m.res = (keel_result *)malloc(nq * o->k * sizeof *m.res);
-    m.n = (size_t *)malloc(nq * sizeof *m.n);
+    m.res = (keel_result *)malloc(in.nq * o->k * sizeof *m.res);
+    m.n = (size_t *)malloc(in.nq * sizeof *m.n);
     if (!m.res || !m.n)
         bench_die("out of memory");
     bench_engine e = {&m, k_set_ef_mt, NULL, k_no_ndist, NULL, NULL};
     char tag[256];
     snprintf(tag, sizeof tag, "\"engine\":\"keel\",\"label\":\"%s\","
              "\"call\":\"keel_search_batch\"", o->label);
-    bench_sweep_mt(&e, k_search_all, tag, q, nq, &gt, efs, nef,
-                   (int)o->rounds, o->min_time, o->k, threads);
+    bench_sweep_mt(&e, k_search_all, tag, in.q, in.nq, &in.gt, in.efs,
+                   in.nef, (int)o->rounds, o->min_time, o->k, threads);
     keel_close(c.idx);
     free(m.res);
     free(m.n);
-    bench_free_gt(&gt);
-    free(q);
+    bench_free_queries(&in);
     return 0;
 }
 

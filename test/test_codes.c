@@ -18,17 +18,6 @@
 static test_vecs base, queries;
 static test_truth gt_l2, gt_cos;
 
-static void
-load_data(void)
-{
-    if (base.v)
-        return;
-    base = td_load_fvecs("glove-100-10k.base.fvecs");
-    queries = td_load_fvecs("glove-100-10k.query.fvecs");
-    gt_l2 = td_load_ivecs("glove-100-10k.gt.l2.ivecs");
-    gt_cos = td_load_ivecs("glove-100-10k.gt.cos.ivecs");
-}
-
 static int
 build(const char *path, keel_metric metric, keel_precision prec,
       keel_codes codes, size_t n, keel_index **out)
@@ -74,7 +63,7 @@ distances_exact(keel_index *coded, keel_index *plain, size_t nq)
 static void
 codes_case(keel_metric metric, keel_precision prec)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     char pc[64], pp[64];
     snprintf(pc, sizeof pc, "c-%d-%d.keel", metric, prec);
     snprintf(pp, sizeof pp, "p-%d-%d.keel", metric, prec);
@@ -128,7 +117,7 @@ TEST(codes_keep_recall_and_return_exact_distances_cosine_f16)
 ** through an allow-list of every id (keel_search's scan path). */
 TEST(codes_under_inner_product_find_what_a_scan_finds)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     keel_index *idx;
     CHECK_OK(build(test_path("ip.keel"), KEEL_IP, KEEL_F32, KEEL_CODES_I8,
                    2000, &idx));
@@ -160,7 +149,7 @@ TEST(codes_under_inner_product_find_what_a_scan_finds)
 
 TEST(the_same_query_gives_the_same_ids_and_distance_bits)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     keel_index *a, *b;
     CHECK_OK(build(test_path("det.keel"), KEEL_L2, KEEL_F32, KEEL_CODES_I8,
                    base.n, &a));
@@ -176,7 +165,7 @@ TEST(the_same_query_gives_the_same_ids_and_distance_bits)
 ** of their vectors: keel_check recomputes each one. */
 TEST(rows_follow_their_vectors_through_adds_deletes_and_compaction)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     keel_options o = {.codes = KEEL_CODES_I8, .precision = KEEL_F16};
     keel_index *idx;
     const char *path = test_path("life.keel");
@@ -259,7 +248,7 @@ row_offset(const char *path, uint64_t s, uint32_t *row_bytes)
 
 TEST(check_finds_a_row_that_does_not_match_its_vector)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     const char *path = test_path("flip.keel");
     keel_index *idx;
     CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 500, &idx));
@@ -384,6 +373,33 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
     CHECK(s == 0.0f);
 }
 
+/* How many of the n results are among the exact ten nearest (by L2) to q
+** of the nv vectors at v (dim floats each, ids first_id, first_id + 1,
+** ...): a partial selection over all of them. */
+static size_t
+exact_top10_hits(const keel_result *res, size_t n, const float *q,
+                 const float *v, size_t nv, uint32_t dim, uint64_t first_id)
+{
+    double best[10];
+    uint64_t ids[10];
+    for (int j = 0; j < 10; j++)
+        best[j] = 1e300, ids[j] = UINT64_MAX;
+    for (size_t x = 0; x < nv; x++) {
+        double d = td_l2sq(q, v + x * dim, dim);
+        if (d >= best[9])
+            continue;
+        int j = 9;
+        for (; j > 0 && best[j - 1] > d; j--)
+            best[j] = best[j - 1], ids[j] = ids[j - 1];
+        best[j] = d, ids[j] = first_id + x;
+    }
+    size_t hit = 0;
+    for (size_t a = 0; a < n; a++)
+        for (int b = 0; b < 10; b++)
+            hit += res[a].id == ids[b];
+    return hit;
+}
+
 /* recall@10 at ef 64 of n vectors (dim 64) whose component 0 carries a
 ** shared offset, against the exact answer, with and without codes. */
 static double
@@ -402,27 +418,11 @@ offset_recall(float offset, keel_codes codes, const char *name)
         keel_add_batch(idx, v, N, NULL, NULL) == KEEL_OK) {
         size_t hit = 0;
         for (size_t i = 0; i < NQ; i++) {
-            /* the exact ten: a partial selection over all N */
-            double best[10];
-            uint64_t ids[10];
-            for (int j = 0; j < 10; j++)
-                best[j] = 1e300, ids[j] = UINT64_MAX;
-            for (size_t x = 0; x < N; x++) {
-                double d = td_l2sq(q + i * D, v + x * D, D);
-                if (d >= best[9])
-                    continue;
-                int j = 9;
-                for (; j > 0 && best[j - 1] > d; j--)
-                    best[j] = best[j - 1], ids[j] = ids[j - 1];
-                best[j] = d, ids[j] = x;
-            }
             keel_result res[10];
             size_t n;
             if (keel_search(idx, q + i * D, 10, NULL, res, &n))
                 break;
-            for (size_t a = 0; a < n; a++)
-                for (int b = 0; b < 10; b++)
-                    hit += res[a].id == ids[b];
+            hit += exact_top10_hits(res, n, q + i * D, v, N, D, 0);
         }
         r = hit / (double)(NQ * 10);
     }
@@ -465,25 +465,10 @@ TEST(compaction_takes_the_centre_from_the_live_vectors)
         CHECK_OK(keel_check(idx));
         size_t hit = 0;
         for (size_t i = 0; i < NQ; i++) {
-            double best[10];
-            uint64_t top[10];
-            for (int j = 0; j < 10; j++)
-                best[j] = 1e300, top[j] = UINT64_MAX;
-            for (size_t x = 0; x < N; x++) {
-                double d = td_l2sq(q + i * D, b + x * D, D);
-                if (d >= best[9])
-                    continue;
-                int j = 9;
-                for (; j > 0 && best[j - 1] > d; j--)
-                    best[j] = best[j - 1], top[j] = top[j - 1];
-                best[j] = d, top[j] = N + x;
-            }
             keel_result r[10];
             size_t n;
             CHECK_OK(keel_search(idx, q + i * D, 10, NULL, r, &n));
-            for (size_t x = 0; x < n; x++)
-                for (int j = 0; j < 10; j++)
-                    hit += r[x].id == top[j];
+            hit += exact_top10_hits(r, n, q + i * D, b, N, D, N);
         }
         rec[codes] = hit / (double)(NQ * 10);
         CHECK_OK(keel_close(idx));
@@ -501,7 +486,7 @@ TEST(compaction_takes_the_centre_from_the_live_vectors)
 ** without undefined behaviour (UBSan runs this). */
 TEST(check_names_a_damaged_centre)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     const char *path = test_path("centre.keel");
     keel_index *idx;
     CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 300, &idx));
@@ -606,7 +591,7 @@ TEST(rows_are_the_same_bytes_in_any_floating_point_environment)
 ** names the file corrupt. */
 TEST(damaged_row_sums_never_overflow_a_search)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     const char *path = test_path("sums.keel");
     keel_index *idx;
     CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 600, &idx));

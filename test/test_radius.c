@@ -8,15 +8,6 @@
 
 static test_vecs base, queries;
 
-static void
-load_data(void)
-{
-    if (base.v)
-        return;
-    base = td_load_fvecs("glove-100-10k.base.fvecs");
-    queries = td_load_fvecs("glove-100-10k.query.fvecs");
-}
-
 /* Exact distance as keel reports it, in double. */
 static double
 exact(keel_metric m, const float *a, const float *b, uint32_t dim)
@@ -91,7 +82,7 @@ radius_recall(keel_index *idx, keel_metric m, float r, size_t cap,
 static void
 recall_case(keel_metric m, const float *radii, size_t nr)
 {
-    load_data();
+    td_glove_slice(&base, &queries, NULL, NULL);
     keel_options o = {.metric = m};
     keel_index *idx;
     CHECK_OK(keel_open(KEEL_MEMORY, base.dim, &o, &idx));

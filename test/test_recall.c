@@ -7,17 +7,6 @@
 static test_vecs base, queries;
 static test_truth gt_l2, gt_cos;
 
-static void
-load_data(void)
-{
-    if (base.v)
-        return;
-    base = td_load_fvecs("glove-100-10k.base.fvecs");
-    queries = td_load_fvecs("glove-100-10k.query.fvecs");
-    gt_l2 = td_load_ivecs("glove-100-10k.gt.l2.ivecs");
-    gt_cos = td_load_ivecs("glove-100-10k.gt.cos.ivecs");
-}
-
 /* Builds an index of the whole slice, by batch or by single adds. */
 static int
 build(const char *path, keel_metric metric, keel_precision prec, int batch,
@@ -42,7 +31,7 @@ build(const char *path, keel_metric metric, keel_precision prec, int batch,
 static void
 recall_case(keel_metric metric, keel_precision prec, int batch, double *out)
 {
-    load_data();
+    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
     static int serial;
     char name[64];
     snprintf(name, sizeof name, "r-%d-%d-%d-%d.keel", metric, prec, batch,

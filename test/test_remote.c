@@ -77,19 +77,38 @@ build_opts(const char *path, const char *url, const keel_options *o,
     return w;
 }
 
+/* The URL of name (url_of) into url, and an index of n vectors (L2, f32)
+** built at test_path("<name>.keel") and published there; NULL on failure. */
 static keel_index *
-build_n(const char *path, const char *url, keel_metric metric,
-        keel_precision prec, uint64_t seed, size_t n)
+published(char *url, size_t cap, const char *name, uint64_t seed, size_t n)
 {
-    keel_options o = {.metric = metric, .precision = prec};
-    return build_opts(path, url, &o, seed, n);
+    keel_options o = {.metric = KEEL_L2, .precision = KEEL_F32};
+    char file[64];
+    url_of(url, cap, name);
+    snprintf(file, sizeof file, "%s.keel", name);
+    return build_opts(test_path(file), url, &o, seed, n);
 }
 
-static keel_index *
-build(const char *path, const char *url, keel_metric metric,
-      keel_precision prec, uint64_t seed)
+/* Waits up to 20 s for r's warm to finish; 1 if it has. */
+static int
+warm_finished(keel_index *r)
 {
-    return build_n(path, url, metric, prec, seed, N);
+    for (int i = 0; i < 20000 && keel__warm_running(r); i++)
+        usleep(1000);
+    return !keel__warm_running(r);
+}
+
+/* The bucket (b, 64 bytes) and key of url's `latest` hint, and a client
+** to write it with. */
+static int
+hint_key(const char *url, char *b, char *key, size_t cap, keel_s3 **s3)
+{
+    char prefix[1024];
+    int rc = keel__s3_url_parse(url, b, 64, prefix, sizeof prefix);
+    if (rc)
+        return rc;
+    keel__latest_key(key, cap, prefix);
+    return keel__s3_open(NULL, s3);
 }
 
 /* Searches both handles with the same queries (and params): equal ids and
@@ -317,8 +336,7 @@ TEST(get_ids_count_stat_and_check_work_on_a_url)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "calls");
-    keel_index *w = build(test_path("calls.keel"), url, KEEL_L2, KEEL_F32, 5);
+    keel_index *w = published(url, sizeof url, "calls", 5, N);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -383,8 +401,7 @@ TEST(a_reader_follows_a_newer_publish_on_refresh)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "follow");
-    keel_index *w = build(test_path("follow.keel"), url, KEEL_L2, KEEL_F32, 9);
+    keel_index *w = published(url, sizeof url, "follow", 9, N);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -456,9 +473,8 @@ TEST(a_reader_follows_a_compaction_to_the_new_file)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "compact");
+    keel_index *w = published(url, sizeof url, "compact", 61, N);
     const char *path = test_path("compact.keel");
-    keel_index *w = build(path, url, KEEL_L2, KEEL_F32, 61);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -510,15 +526,12 @@ TEST(a_bad_latest_hint_is_only_ignored)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "hint");
-    keel_index *w = build(test_path("hint.keel"), url, KEEL_L2, KEEL_F32, 71);
+    keel_index *w = published(url, sizeof url, "hint", 71, N);
     CHECK(w != NULL);
     CHECK_OK(keel_publish(w, url, NULL)); /* v2 */
-    char b[64], prefix[1024], key[1400];
-    CHECK_OK(keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix));
-    keel__latest_key(key, sizeof key, prefix);
+    char b[64], key[1400];
     keel_s3 *s3;
-    CHECK_OK(keel__s3_open(NULL, &s3));
+    CHECK_OK(hint_key(url, b, key, sizeof key, &s3));
     char big[100];
     memset(big, '0', sizeof big);
     big[sizeof big - 1] = '2';
@@ -565,8 +578,7 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "hint3");
-    keel_index *w = build(test_path("hint3.keel"), url, KEEL_L2, KEEL_F32, 73);
+    keel_index *w = published(url, sizeof url, "hint3", 73, N);
     CHECK(w != NULL);
     CHECK_OK(keel_publish(w, url, NULL)); /* v2 */
     CHECK_OK(keel_delete(w, 5));
@@ -580,11 +592,9 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
     CHECK_EQ(keel_count(r), N - 1);
     CHECK(same_results(w, r, 74, NULL));
     keel_close(r);
-    char b[64], prefix[1024], key[1400];
-    CHECK_OK(keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix));
-    keel__latest_key(key, sizeof key, prefix);
+    char b[64], key[1400];
     keel_s3 *s3;
-    CHECK_OK(keel__s3_open(NULL, &s3));
+    CHECK_OK(hint_key(url, b, key, sizeof key, &s3));
     static const struct {
         const char *hint;
         uint64_t meta;
@@ -619,9 +629,7 @@ TEST(with_warm_the_open_leaves_the_heap_to_warm)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "warmheap");
-    keel_index *w = build_n(test_path("warmheap.keel"), url, KEEL_L2,
-                            KEEL_F32, 87, 4 * N);
+    keel_index *w = published(url, sizeof url, "warmheap", 87, 4 * N);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -629,9 +637,7 @@ TEST(with_warm_the_open_leaves_the_heap_to_warm)
     keel_close(r);
     keel_options o = {.flags = KEEL_WARM};
     CHECK_OK(keel_open_reader(url, &o, &r));
-    for (int i = 0; i < 20000 && keel__warm_running(r); i++)
-        usleep(1000);
-    CHECK(!keel__warm_running(r));
+    CHECK(warm_finished(r));
     keel_cache_counters n;
     CHECK_OK(keel__remote_counters(r, &n));
     printf("     open without warm: %llu GETs; with warm: %llu besides "
@@ -649,9 +655,7 @@ TEST(a_small_memory_cache_gives_the_same_results_and_evicts)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "small");
-    keel_index *w = build_n(test_path("small.keel"), url, KEEL_L2, KEEL_F32,
-                            21, 16 * N);
+    keel_index *w = published(url, sizeof url, "small", 21, 16 * N);
     CHECK(w != NULL);
     keel_stats s;
     CHECK_OK(keel_stat(w, &s));
@@ -712,8 +716,7 @@ TEST(the_disk_cache_survives_a_restart_and_is_shared_by_processes)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "restart");
-    keel_index *w = build(test_path("restart.keel"), url, KEEL_L2, KEEL_F32, 31);
+    keel_index *w = published(url, sizeof url, "restart", 31, N);
     CHECK(w != NULL);
     int rc;
     keel_index *r0;
@@ -798,8 +801,7 @@ TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "damage");
-    keel_index *w = build(test_path("damage.keel"), url, KEEL_L2, KEEL_F32, 51);
+    keel_index *w = published(url, sizeof url, "damage", 51, N);
     CHECK(w != NULL);
     keel_s3 *s3 = NULL;
     char b[64], key[1400];
@@ -851,8 +853,7 @@ TEST(open_names_a_wrong_key_a_missing_bucket_and_an_unreachable_server)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "errors");
-    keel_index *w = build(test_path("errors.keel"), url, KEEL_L2, KEEL_F32, 71);
+    keel_index *w = published(url, sizeof url, "errors", 71, N);
     CHECK(w != NULL);
     keel_index *r;
     char saved[512];
@@ -882,8 +883,7 @@ TEST(a_child_only_closes_and_the_parent_goes_on)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "fork");
-    keel_index *w = build(test_path("fork.keel"), url, KEEL_L2, KEEL_F32, 91);
+    keel_index *w = published(url, sizeof url, "fork", 91, N);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -917,9 +917,7 @@ TEST(many_threads_never_exceed_the_allowance)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "threads");
-    keel_index *w = build_n(test_path("threads.keel"), url, KEEL_L2,
-                            KEEL_F32, 81, 8 * N);
+    keel_index *w = published(url, sizeof url, "threads", 81, 8 * N);
     CHECK(w != NULL);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
@@ -956,9 +954,7 @@ TEST(max_runs_bounds_gets_in_flight)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "maxruns");
-    keel_index *w = build_n(test_path("maxruns.keel"), url, KEEL_L2,
-                            KEEL_F32, 83, 8 * N);
+    keel_index *w = published(url, sizeof url, "maxruns", 83, 8 * N);
     CHECK(w != NULL);
     static const uint32_t caps[] = {1, 4};
     for (size_t i = 0; i < 2; i++) {
@@ -989,16 +985,12 @@ TEST(a_finished_warm_leaves_nothing_to_fetch)
 {
     NEED_SERVER();
     char url[256];
-    url_of(url, sizeof url, "warmall");
-    keel_index *w = build_n(test_path("warmall.keel"), url, KEEL_L2,
-                            KEEL_F32, 85, 4 * N);
+    keel_index *w = published(url, sizeof url, "warmall", 85, 4 * N);
     CHECK(w != NULL);
     keel_options o = {.flags = KEEL_WARM};
     keel_index *r;
     CHECK_OK(keel_open_reader(url, &o, &r));
-    for (int i = 0; i < 20000 && keel__warm_running(r); i++)
-        usleep(1000);
-    CHECK(!keel__warm_running(r));
+    CHECK(warm_finished(r));
     keel_cache_counters n;
     CHECK_OK(keel__remote_counters(r, &n));
     CHECK_EQ(n.missing, 0);

@@ -29,19 +29,8 @@ py=/usr/bin/python3
 gt_bin=$root/build/tools/groundtruth
 start=$(date +%s)
 
-say() {
-    printf 'fashion_mnist.sh: %s\n' "$*" >&2
-}
-
-die() {
-    printf 'fashion_mnist.sh: %s\n' "$*" >&2
-    exit 1
-}
-
-# True if file $1 was modified after file $2 (test -nt is not POSIX).
-newer() {
-    [ -n "$(find "$1" -prune -newer "$2" 2>/dev/null)" ]
-}
+prog=fashion_mnist.sh
+. "$root/tools/lib.sh"
 
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
@@ -110,29 +99,10 @@ EOF
 fi
 
 # 2. The ground-truth program, rebuilt when its sources change.
-if [ ! -x "$gt_bin" ] || newer "$root/tools/groundtruth.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.h" "$gt_bin"; then
-    say "building $gt_bin"
-    mkdir -p "$(dirname "$gt_bin")"
-    ${CC:-cc} -std=c11 -O3 -march=native -pthread -ffp-contract=off \
-        -o "$gt_bin" "$root/tools/groundtruth.c" -lm ||
-        die "cannot build tools/groundtruth.c"
-fi
+build_groundtruth
 
 # 3. Exact top-100 by Euclidean distance.
-if [ -s "$p.gt.l2.ivecs" ] && [ -s "$p.gt.l2.dist.fvecs" ] &&
-    ! newer "$p.base.fvecs" "$p.gt.l2.ivecs"; then
-    say "ground truth (l2): already there"
-else
-    say "computing exact top-100 by l2"
-    "$gt_bin" "$p.base.fvecs" "$p.query.fvecs" 100 l2 \
-        "$p.gt.l2.ivecs" "$p.gt.l2.dist.fvecs" ||
-        die "groundtruth failed"
-fi
+top100 "$p" l2 l2 "ground truth (l2)" "groundtruth failed"
 
-say "done in $(($(date +%s) - start)) s; $out holds:"
-for f in base.fvecs query.fvecs gt.l2.ivecs gt.l2.dist.fvecs; do
-    printf '  %12s  %s\n' "$(wc -c <"$p.$f" | tr -d ' ')" \
-        "fashion-mnist-784.$f"
-done
+report_done "$p" "$out" "$start" base.fvecs query.fvecs gt.l2.ivecs \
+    gt.l2.dist.fvecs

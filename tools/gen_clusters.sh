@@ -31,19 +31,8 @@ gen_bin=$root/build/tools/gen_clusters
 gt_bin=$root/build/tools/groundtruth
 start=$(date +%s)
 
-say() {
-    printf 'gen_clusters.sh: %s\n' "$*" >&2
-}
-
-die() {
-    printf 'gen_clusters.sh: %s\n' "$*" >&2
-    exit 1
-}
-
-# True if file $1 was modified after file $2 (test -nt is not POSIX).
-newer() {
-    [ -n "$(find "$1" -prune -newer "$2" 2>/dev/null)" ]
-}
+prog=gen_clusters.sh
+. "$root/tools/lib.sh"
 
 case $n in
 '' | *[!0-9]*) die "N '$n' is not a number" ;;
@@ -60,15 +49,7 @@ if [ ! -x "$gen_bin" ] || newer "$root/tools/gen_clusters.c" "$gen_bin"; then
     ${CC:-cc} -std=c11 -O2 -ffp-contract=off -o "$gen_bin" \
         "$root/tools/gen_clusters.c" || die "cannot build tools/gen_clusters.c"
 fi
-if [ ! -x "$gt_bin" ] || newer "$root/tools/groundtruth.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.h" "$gt_bin"; then
-    say "building $gt_bin"
-    mkdir -p "$(dirname "$gt_bin")"
-    ${CC:-cc} -std=c11 -O3 -march=native -pthread -ffp-contract=off \
-        -o "$gt_bin" "$root/tools/groundtruth.c" -lm ||
-        die "cannot build tools/groundtruth.c"
-fi
+build_groundtruth
 
 # 2. The vectors.
 if [ -s "$p.base.fvecs" ] && [ -s "$p.query.fvecs" ] &&
@@ -82,17 +63,7 @@ else
 fi
 
 # 3. Exact top-100 by L2.
-if [ -s "$p.gt.l2.ivecs" ] && [ -s "$p.gt.l2.dist.fvecs" ] &&
-    ! newer "$p.base.fvecs" "$p.gt.l2.ivecs"; then
-    say "ground truth: already there"
-else
-    say "computing exact top-100 by l2"
-    "$gt_bin" "$p.base.fvecs" "$p.query.fvecs" 100 l2 \
-        "$p.gt.l2.ivecs" "$p.gt.l2.dist.fvecs" ||
-        die "groundtruth failed"
-fi
+top100 "$p" l2 l2 "ground truth" "groundtruth failed"
 
-say "done in $(($(date +%s) - start)) s; $out holds:"
-for f in base.fvecs query.fvecs gt.l2.ivecs gt.l2.dist.fvecs; do
-    printf '  %12s  %s\n' "$(wc -c <"$p.$f" | tr -d ' ')" "clusters-$n.$f"
-done
+report_done "$p" "$out" "$start" base.fvecs query.fvecs gt.l2.ivecs \
+    gt.l2.dist.fvecs

@@ -34,19 +34,8 @@ py=/usr/bin/python3
 gt_bin=$root/build/tools/groundtruth
 start=$(date +%s)
 
-say() {
-    printf 'glove.sh: %s\n' "$*" >&2
-}
-
-die() {
-    printf 'glove.sh: %s\n' "$*" >&2
-    exit 1
-}
-
-# True if file $1 was modified after file $2 (test -nt is not POSIX).
-newer() {
-    [ -n "$(find "$1" -prune -newer "$2" 2>/dev/null)" ]
-}
+prog=glove.sh
+. "$root/tools/lib.sh"
 
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
@@ -135,32 +124,14 @@ EOF
 fi
 
 # 2. The ground-truth program, rebuilt when its sources change.
-if [ ! -x "$gt_bin" ] || newer "$root/tools/groundtruth.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.c" "$gt_bin" ||
-    newer "$root/cli/vecfile.h" "$gt_bin"; then
-    say "building $gt_bin"
-    mkdir -p "$(dirname "$gt_bin")"
-    ${CC:-cc} -std=c11 -O3 -march=native -pthread -ffp-contract=off \
-        -o "$gt_bin" "$root/tools/groundtruth.c" -lm ||
-        die "cannot build tools/groundtruth.c"
-fi
+build_groundtruth
 
 # 3. Exact top-100 for both metrics.
 for m in l2 cos; do
     if [ "$m" = cos ]; then metric=cosine; else metric=l2; fi
-    if [ -s "$p.gt.$m.ivecs" ] && [ -s "$p.gt.$m.dist.fvecs" ] &&
-        ! newer "$p.base.fvecs" "$p.gt.$m.ivecs"; then
-        say "ground truth ($metric): already there"
-        continue
-    fi
-    say "computing exact top-100 by $metric"
-    "$gt_bin" "$p.base.fvecs" "$p.query.fvecs" 100 "$metric" \
-        "$p.gt.$m.ivecs" "$p.gt.$m.dist.fvecs" ||
-        die "groundtruth failed for $metric"
+    top100 "$p" "$m" "$metric" "ground truth ($metric)" \
+        "groundtruth failed for $metric"
 done
 
-say "done in $(($(date +%s) - start)) s; $out holds:"
-for f in base.fvecs query.fvecs base.words.txt query.words.txt \
-    gt.l2.ivecs gt.l2.dist.fvecs gt.cos.ivecs gt.cos.dist.fvecs; do
-    printf '  %12s  %s\n' "$(wc -c <"$p.$f" | tr -d ' ')" "glove-100.$f"
-done
+report_done "$p" "$out" "$start" base.fvecs query.fvecs base.words.txt \
+    query.words.txt gt.l2.ivecs gt.l2.dist.fvecs gt.cos.ivecs gt.cos.dist.fvecs

@@ -65,6 +65,20 @@ td_load_ivecs(const char *name)
 }
 
 void
+td_glove_slice(test_vecs *base, test_vecs *queries, test_truth *gt_l2,
+               test_truth *gt_cos)
+{
+    if (base && !base->v)
+        *base = td_load_fvecs("glove-100-10k.base.fvecs");
+    if (queries && !queries->v)
+        *queries = td_load_fvecs("glove-100-10k.query.fvecs");
+    if (gt_l2 && !gt_l2->ids)
+        *gt_l2 = td_load_ivecs("glove-100-10k.gt.l2.ivecs");
+    if (gt_cos && !gt_cos->ids)
+        *gt_cos = td_load_ivecs("glove-100-10k.gt.cos.ivecs");
+}
+
+void
 td_free_vecs(test_vecs *v)
 {
     free(v->v);

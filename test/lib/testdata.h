@@ -26,6 +26,11 @@ const char *td_dir(void);
 /* Loads test/data/<name>; aborts the process with a message on failure. */
 test_vecs td_load_fvecs(const char *name);
 test_truth td_load_ivecs(const char *name);
+/* The GloVe-100 10k slice: its base vectors, queries, and exact top-100 by
+** L2 and by cosine, each into its argument unless that is NULL or already
+** loaded (so a test may call it before every use). */
+void td_glove_slice(test_vecs *base, test_vecs *queries, test_truth *gt_l2,
+                    test_truth *gt_cos);
 void td_free_vecs(test_vecs *v);
 void td_free_truth(test_truth *t);
 
