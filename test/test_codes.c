@@ -82,7 +82,7 @@ codes_case(keel_metric metric, keel_precision prec)
               rc64, rp64);
     CHECK_MSG(rc10 >= rp10 - 0.03, "recall at ef 10 %.4f on codes, %.4f "
               "without", rc10, rp10);
-    CHECK(distances_exact(coded, plain, 200));
+    CHECK(distances_exact(coded, plain, queries.n));
     keel_stats s;
     CHECK_OK(keel_stat(coded, &s));
     CHECK_EQ(s.codes, KEEL_CODES_I8);
@@ -155,8 +155,8 @@ TEST(the_same_query_gives_the_same_ids_and_distance_bits)
                    base.n, &a));
     CHECK_OK(keel_flush(a));
     CHECK_OK(keel_open_reader(test_path("det.keel"), NULL, &b));
-    CHECK(td_same_answers(a, b, queries.v, 200, queries.dim, 10, NULL));
-    CHECK(td_same_answers(b, b, queries.v, 200, queries.dim, 10, NULL));
+    CHECK(td_same_answers(a, b, queries.v, queries.n, queries.dim, 10, NULL));
+    CHECK(td_same_answers(b, b, queries.v, queries.n, queries.dim, 10, NULL));
     CHECK_OK(keel_close(b));
     CHECK_OK(keel_close(a));
 }

@@ -395,4 +395,74 @@ TEST(stat_and_warm_of_a_writer_beside_its_adds_and_flushes)
     CHECK_OK(keel_close(w));
 }
 
+/* Searches that follow each other without a pause, on more threads than
+** cores. */
+typedef struct nonstop {
+    keel_index *idx;
+    int stop;                 /* atomic */
+    uint64_t searches;        /* atomic */
+} nonstop;
+
+static void *
+nonstop_searcher(void *arg)
+{
+    nonstop *n = arg;
+    float q[16];
+    keel_result r[10];
+    size_t got;
+    for (uint64_t i = 0; !__atomic_load_n(&n->stop, __ATOMIC_ACQUIRE); i++) {
+        td_vec_of(i % 5000, 16, q);
+        if (keel_search(n->idx, q, 10, NULL, r, &got) == KEEL_OK)
+            __atomic_add_fetch(&n->searches, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* keel_warm and keel_refresh take the handle's swap lock exclusive; eight
+** threads whose searches overlap without a pause must not keep them
+** waiting (they did, for as long as the searches went on: not within 30 s
+** on 2 cores). */
+TEST(warm_and_refresh_return_while_searches_never_pause)
+{
+    const char *path = test_path("nonstop.keel");
+    keel_index *w;
+    CHECK_OK(keel_open(path, 16, NULL, &w));
+    float *v = malloc(5000 * 16 * sizeof *v);
+    for (uint64_t i = 0; i < 5000; i++)
+        td_vec_of(i, 16, v + i * 16);
+    CHECK_OK(keel_add_batch(w, v, 5000, NULL, NULL));
+    free(v);
+    CHECK_OK(keel_flush(w));
+    nonstop n = {0};
+    CHECK_OK(keel_open_reader(path, NULL, &n.idx));
+    enum { T = 8 };
+    pthread_t th[T];
+    for (int i = 0; i < T; i++)
+        CHECK(pthread_create(&th[i], NULL, nonstop_searcher, &n) == 0);
+    while (__atomic_load_n(&n.searches, __ATOMIC_RELAXED) < 1000)
+        usleep(1000);
+    double worst = 0;
+    int rc = KEEL_OK;
+    for (int round = 0; round < 5 && rc == KEEL_OK; round++) {
+        double t0 = test_now();
+        rc = keel_warm(n.idx);
+        double t1 = test_now();
+        if (rc == KEEL_OK)
+            rc = keel_refresh(n.idx);
+        double t2 = test_now();
+        worst = t1 - t0 > worst ? t1 - t0 : worst;
+        worst = t2 - t1 > worst ? t2 - t1 : worst;
+    }
+    __atomic_store_n(&n.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < T; i++)
+        pthread_join(th[i], NULL);
+    printf("    %llu searches; the slowest warm or refresh took %.3f s\n",
+           (unsigned long long)n.searches, worst);
+    CHECK_OK(rc);
+    CHECK_MSG(worst < 10.0, "a warm or refresh waited %.1f s for searches "
+              "that never paused", worst);
+    CHECK_OK(keel_close(n.idx));
+    CHECK_OK(keel_close(w));
+}
+
 TEST_MAIN()

@@ -27,6 +27,8 @@
 #include "api/api.h"
 #include "hnsw/filter.h"
 
+_Thread_local int keel__swap_depth;
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +216,8 @@ index_new(const char *path, const keel_options *o, int writer)
     pthread_mutex_init(&idx->write_lock, NULL);
     pthread_mutex_init(&idx->pool_lock, NULL);
     pthread_rwlock_init(&idx->swap_lock, NULL);
+    pthread_mutex_init(&idx->gate_lock, NULL);
+    pthread_cond_init(&idx->gate_open, NULL);
     pthread_cond_init(&idx->backup_done, NULL);
     return idx;
 }
@@ -242,6 +246,8 @@ index_free(keel_index *idx)
     pthread_mutex_destroy(&idx->write_lock);
     pthread_mutex_destroy(&idx->pool_lock);
     pthread_rwlock_destroy(&idx->swap_lock);
+    pthread_mutex_destroy(&idx->gate_lock);
+    pthread_cond_destroy(&idx->gate_open);
     pthread_cond_destroy(&idx->backup_done);
     free(idx->path);
     keel__free(idx);
@@ -415,11 +421,11 @@ keel__remote_counters(keel_index *idx, keel_cache_counters *out)
     if (!idx || idx->writer)
         return keel__fail(KEEL_EINVAL, "not a reader of a published index\n"
                           "help: open one with keel_open_reader(\"s3://...\")");
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     keel_cache *c = idx->st->remote;
     if (c)
         keel__cache_counters(c, out);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     if (!c)
         return keel__fail(KEEL_EINVAL, "not a reader of a published index\n"
                           "help: open one with keel_open_reader(\"s3://...\")");
@@ -470,8 +476,8 @@ keel_close(keel_index *idx)
     /* A forked child waits for no search: the parent's threads that held
      * the lock at the fork do not run here, and will never release it. */
     if (idx->owner == getpid()) {
-        pthread_rwlock_wrlock(&idx->swap_lock);
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_exclusive(idx);
+        keel__swap_unlock(idx);
     }
     index_free(idx);
     return KEEL_OK;
@@ -483,10 +489,10 @@ keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg)
     if (!idx)
         return null_handle("keel_set_progress");
     pthread_mutex_lock(&idx->write_lock);
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     idx->progress = idx->builder.progress = fn;
     idx->progress_arg = idx->builder.progress_arg = arg;
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     pthread_mutex_unlock(&idx->write_lock);
     return KEEL_OK;
 }
@@ -497,10 +503,10 @@ keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg)
     if (!idx)
         return null_handle("keel_set_cancel");
     pthread_mutex_lock(&idx->write_lock);
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     idx->cancel = idx->builder.cancel = fn;
     idx->cancel_arg = idx->builder.cancel_arg = arg;
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     pthread_mutex_unlock(&idx->write_lock);
     return KEEL_OK;
 }
@@ -997,7 +1003,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
     keel_idset set;
     if ((rc = keel__params_accept(p, &acc, &set)))
         return rc;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
@@ -1049,7 +1055,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
         pthread_mutex_destroy(&job.mu);
     }
     rc = keel__remote_end(idx, rgen, rc);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel__idset_free(&set);
     /* stop.c invariant (2): a stop the callback asked for is the answer,
      * whatever else the search met meanwhile. */
@@ -1106,7 +1112,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
     int rc;
     if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
         return rc;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     uint64_t slot;
@@ -1123,7 +1129,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
             memcpy(vec_out, src, idx->dim * sizeof(float));
     }
     rc = keel__remote_end(idx, rgen, rc);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return rc;
 }
 
@@ -1134,7 +1140,7 @@ keel_count(keel_index *idx)
         return 0;
     if (!idx->writer && keel__reader_follow(idx, 0) != KEEL_OK)
         keel__clear_error(); /* counts the snapshot it has */
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     uint64_t n;
     if (idx->writer) {
         keel_store *st = idx->st;
@@ -1145,7 +1151,7 @@ keel_count(keel_index *idx)
         keel_view v;
         n = keel__store_view(idx->st, &v) == KEEL_OK ? v.count - v.deleted : 0;
     }
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return n;
 }
 
@@ -1166,10 +1172,10 @@ keel_refresh(keel_index *idx)
     int rc = keel__reader_follow(idx, 1);
     if (rc)
         return rc;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     keel_view v;
     rc = keel__store_view(idx->st, &v);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return rc;
 }
 
@@ -1188,7 +1194,7 @@ read_begin(keel_index *idx, int report)
     int rc = keel__reader_follow(idx, report);
     if (rc)
         return rc;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     return KEEL_OK;
 }
 
@@ -1198,7 +1204,7 @@ read_end(keel_index *idx)
     if (idx->writer)
         pthread_mutex_unlock(&idx->write_lock);
     else
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
 }
 
 int

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 struct keel_warm;
 
@@ -30,6 +31,11 @@ struct keel_index {
     void *cancel_arg;
     pthread_mutex_t write_lock;
     pthread_rwlock_t swap_lock;
+    /* The gate in front of swap_lock (keel__swap_shared): exclusive
+     * takers waiting (atomic), and where shared takers wait for them. */
+    int swap_waiters;
+    pthread_mutex_t gate_lock;
+    pthread_cond_t gate_open;
     pthread_mutex_t pool_lock;
     keel_search_ctx *pool;     /* free search contexts */
     struct keel_warm *warm;    /* the warm-up thread, if one runs */
@@ -125,5 +131,55 @@ void keel__huge_pages_advise_batch(keel_index *idx, uint64_t first, uint64_t n);
 /* backup.c: with write_lock held, waits until no backup copies the last
 ** commit (a commit must not move it while one does). */
 void keel__backup_wait(keel_index *idx);
+
+
+/* swap_lock. glibc's rwlock lets new shared takers in while an exclusive
+** one waits, so searches that overlap without a pause (a few threads on a
+** few cores) kept a refresh, a warm or a compaction's swap waiting for as
+** long as they went on. Exclusive takers therefore announce themselves
+** (swap_waiters), and a thread that does not hold the lock yet waits at the
+** gate until none waits before it takes the lock shared. A thread that
+** holds it already (a callback of its search calling into keel) passes:
+** the exclusive taker waits for it. keel__swap_depth counts, per thread,
+** the swap_locks it holds, of any handle. keel__swap_exclusive and
+** keel__swap_unlock keep api.c's lock order; the gate lock is held by
+** nobody across any other lock. */
+extern _Thread_local int keel__swap_depth;
+
+static inline void
+keel__swap_shared(keel_index *idx)
+{
+    /* A forked child may inherit a count of waiters that are not its
+     * own threads: only the process that opened the handle waits. */
+    if (keel__swap_depth == 0 &&
+        __atomic_load_n(&idx->swap_waiters, __ATOMIC_ACQUIRE) &&
+        idx->owner == getpid()) {
+        pthread_mutex_lock(&idx->gate_lock);
+        while (__atomic_load_n(&idx->swap_waiters, __ATOMIC_ACQUIRE))
+            pthread_cond_wait(&idx->gate_open, &idx->gate_lock);
+        pthread_mutex_unlock(&idx->gate_lock);
+    }
+    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_depth++;
+}
+
+static inline void
+keel__swap_exclusive(keel_index *idx)
+{
+    __atomic_add_fetch(&idx->swap_waiters, 1, __ATOMIC_ACQ_REL);
+    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_depth++;
+    pthread_mutex_lock(&idx->gate_lock);
+    if (__atomic_sub_fetch(&idx->swap_waiters, 1, __ATOMIC_ACQ_REL) == 0)
+        pthread_cond_broadcast(&idx->gate_open);
+    pthread_mutex_unlock(&idx->gate_lock);
+}
+
+static inline void
+keel__swap_unlock(keel_index *idx)
+{
+    keel__swap_depth--;
+    pthread_rwlock_unlock(&idx->swap_lock);
+}
 
 #endif /* KEEL_API_H */

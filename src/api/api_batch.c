@@ -36,7 +36,7 @@ read_lock(keel_index *idx)
     int rc;
     if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
         return rc;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     return KEEL_OK;
 }
 
@@ -46,7 +46,7 @@ static int
 read_unlock(keel_index *idx, uint64_t gen, int rc)
 {
     rc = keel__remote_end(idx, gen, rc);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return rc;
 }
 

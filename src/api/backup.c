@@ -342,10 +342,10 @@ check_dest(keel_index *idx, const char *path)
                           "is renamed into place, so it cannot go to a "
                           "device or a pipe)", path);
     /* idx->st only under swap_lock: a compaction may swap it. */
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     int same = keel__os->stat(idx->st->fd, &si) == 0 && si.dev == di.dev &&
                si.ino == di.ino;
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     if (same)
         return keel__fail(KEEL_EINVAL, "the backup destination %s is the index "
                           "itself\nhelp: name another file", path);
@@ -392,7 +392,7 @@ backup_writer(backup *b)
     keel_index *idx = b->idx;
     pthread_mutex_lock(&idx->write_lock);
     idx->backups++;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     b->st = idx->st;
     *b->h = b->st->committed;
     pthread_mutex_unlock(&idx->write_lock);
@@ -402,7 +402,7 @@ backup_writer(backup *b)
         rc = copy_commit(b);
     if (!rc)
         rc = restore_writer(b);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     pthread_mutex_lock(&idx->write_lock);
     idx->backups--;
     pthread_cond_broadcast(&idx->backup_done);
@@ -431,7 +431,7 @@ backup_reader(backup *b)
         int rc = keel__reader_follow(idx, 1);
         if (rc)
             return rc;
-        pthread_rwlock_rdlock(&idx->swap_lock);
+        keel__swap_shared(idx);
         b->st = idx->st;
         uint64_t before[4], after[4];
         header_words(b->st, before);
@@ -453,7 +453,7 @@ backup_reader(backup *b)
         if (!rc)
             rc = restore_reader(b);
         header_words(b->st, after);
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         if (rc)
             return rc;
         if (memcmp(before, after, sizeof before) == 0)
@@ -473,9 +473,9 @@ keel_backup(keel_index *idx, const char *path)
         return keel__fail(KEEL_EINVAL, "keel_backup was given a NULL index\n"
                           "help: pass the handle keel_open or "
                           "keel_open_reader returned");
-    pthread_rwlock_rdlock(&idx->swap_lock); /* idx->st: see check_dest */
+    keel__swap_shared(idx); /* idx->st: see check_dest */
     int remote = idx->st->remote != NULL;
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     if (remote)
         return keel__fail(KEEL_EINVAL, "cannot back up %s: it is a "
                           "published index, whose reader holds only the "

@@ -233,9 +233,9 @@ keel_compact(keel_index *idx)
     free(nw->path);
     nw->path = strdup(idx->path);
 swap:
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     swap_store(idx, nw);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel__free(ngr);
     keel__store_close(old);
     pthread_mutex_unlock(&idx->write_lock);
@@ -348,10 +348,10 @@ is_successor(const keel_view *own, const keel_view *seen)
 int
 keel__remote_follow(keel_index *idx, int force)
 {
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     keel_cache *c = idx->st->remote;
     int stale = idx->remote_stale;
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel_manifest next;
     int rc = keel__cache_poll(c, force, &next);
     if (rc) {
@@ -364,7 +364,7 @@ keel__remote_follow(keel_index *idx, int force)
         return KEEL_OK;
     /* cache.h invariant 3: no search, get or warm reads the store while
      * the pinned version changes. */
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     keel_store *old = idx->st, *nw = NULL;
     keel__warm_stop(idx);
     if (next.seq) {
@@ -380,7 +380,7 @@ keel__remote_follow(keel_index *idx, int force)
             swap_store(idx, nw);
         }
     }
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel__manifest_free(&next);
     if (nw)
         keel__store_close(old);
@@ -392,10 +392,10 @@ keel__reader_follow(keel_index *idx, int report)
 {
     keel_view v;
     keel_file_info a, b;
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     keel_store *st = idx->st;
     if (st->remote) { /* never swapped for a local store, nor back */
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         return keel__remote_follow(idx, report);
     }
     int rc = keel__store_view(st, &v);
@@ -408,7 +408,7 @@ keel__reader_follow(keel_index *idx, int report)
         rc = report ? refused_error(idx) : KEEL_OK;
         moved = 0;
     }
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     if (rc || !moved)
         return rc;
     keel_store *nw;
@@ -419,9 +419,9 @@ keel__reader_follow(keel_index *idx, int report)
         keel__clear_error();
         return KEEL_OK;
     }
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     if (idx->st != st) { /* another thread moved first */
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         keel__store_close(nw);
         return KEEL_OK;
     }
@@ -431,14 +431,14 @@ keel__reader_follow(keel_index *idx, int report)
          * with other vectors, of other lengths. */
         note_refused(idx, nw, NULL, NULL);
         rc = report ? refused_error(idx) : KEEL_OK;
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         keel__store_close(nw);
         return rc;
     }
     if (keel__store_view(nw, &nv) != KEEL_OK) {
         /* No snapshot to compare yet: look again next time. */
         keel__clear_error();
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         keel__store_close(nw);
         return KEEL_OK;
     }
@@ -447,12 +447,12 @@ keel__reader_follow(keel_index *idx, int report)
          * would bring back what this reader saw deleted. */
         note_refused(idx, nw, &v, &nv);
         rc = report ? refused_error(idx) : KEEL_OK;
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         keel__store_close(nw);
         return rc;
     }
     swap_store(idx, nw);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel__store_close(st);
     return KEEL_OK;
 }

@@ -386,10 +386,10 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     if (!rc) {
         /* The handle's lock order (api.c): write_lock, then swap_lock. */
         pthread_mutex_lock(&idx->write_lock);
-        pthread_rwlock_rdlock(&idx->swap_lock);
+        keel__swap_shared(idx);
         *h = idx->st->committed;
         rc = publish_commit(p, idx->st, h);
-        pthread_rwlock_unlock(&idx->swap_lock);
+        keel__swap_unlock(idx);
         pthread_mutex_unlock(&idx->write_lock);
     }
     if (!rc && opt && opt->uploaded)

@@ -204,7 +204,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         keel__idset_free(&set);
         return KEEL_ENOMEM;
     }
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     uint64_t rgen = keel__remote_begin(idx);
     keel_view v;
     keel_search_ctx *c = NULL;
@@ -247,7 +247,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
     }
     keel__ctx_put(idx, c);
     rc = keel__remote_end(idx, rgen, rc);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     keel__idset_free(&set);
     keel__free(res);
     if (rc == KEEL_ENOMEM)

@@ -332,22 +332,22 @@ keel__warm_stop(keel_index *idx)
 int
 keel__warm_done(keel_index *idx)
 {
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     struct keel_warm *w = idx->warm;
     int done = w && __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) &&
                !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return done;
 }
 
 int
 keel__warm_running(keel_index *idx)
 {
-    pthread_rwlock_rdlock(&idx->swap_lock);
+    keel__swap_shared(idx);
     struct keel_warm *w = idx->warm;
     int running = w && w->owner == getpid() &&
                   !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     return running;
 }
 
@@ -364,9 +364,9 @@ keel_warm(keel_index *idx)
      * ranges change under write_lock, taken first (api.c's lock order). */
     if (idx->writer)
         pthread_mutex_lock(&idx->write_lock);
-    pthread_rwlock_wrlock(&idx->swap_lock);
+    keel__swap_exclusive(idx);
     int rc = keel__warm_start(idx);
-    pthread_rwlock_unlock(&idx->swap_lock);
+    keel__swap_unlock(idx);
     if (idx->writer)
         pthread_mutex_unlock(&idx->write_lock);
     return rc;
