@@ -127,19 +127,25 @@ keel__search_take(keel_search_ctx *c, uint64_t *out)
 
 /* --- the walk ---------------------------------------------------------- */
 
-/* The first lines of a vector (all of a short one): enough for the kernel to
-** start while the rest streams in. */
+/* The first `lines` cache lines at p, into L1 or L2. */
 static inline void
-prefetch_vec(const keel_graph *gr, const void *p, int l1)
+prefetch_lines(const void *p, uint32_t lines, int l1)
 {
     const char *c = p;
-    uint32_t lines = KEEL_MIN((gr->st->g.vec_bytes + 63) / 64, 8u);
     if (l1)
         for (uint32_t i = 0; i < lines; i++)
             __builtin_prefetch(c + 64 * i, 0, 3);
     else
         for (uint32_t i = 0; i < lines; i++)
             __builtin_prefetch(c + 64 * i, 0, 2);
+}
+
+/* The first lines of a vector (all of a short one): enough for the kernel to
+** start while the rest streams in. */
+static inline void
+prefetch_vec(const keel_graph *gr, const void *p, int l1)
+{
+    prefetch_lines(p, KEEL_MIN((gr->st->g.vec_bytes + 63) / 64, 8u), l1);
 }
 
 /* Every line of slot s's level-0 record (136 bytes at M = 16: up to three
@@ -151,14 +157,7 @@ prefetch_vec(const keel_graph *gr, const void *p, int l1)
 static inline void
 prefetch_code(const keel_graph *gr, const void *p, int l1)
 {
-    const char *c = p;
-    uint32_t bytes = gr->st->g.code_bytes;
-    if (l1)
-        for (uint32_t i = 0; i < bytes; i += 64)
-            __builtin_prefetch(c + i, 0, 3);
-    else
-        for (uint32_t i = 0; i < bytes; i += 64)
-            __builtin_prefetch(c + i, 0, 2);
+    prefetch_lines(p, gr->st->g.code_bytes / 64, l1);
 }
 
 static inline void
@@ -230,10 +229,11 @@ br_stopped(keel_search_ctx *c)
     return 1;
 }
 
-/* Brings in the vectors of the ng gathered neighbours (and their slot
-** headers too when hdrs: a filter reads their ids; their level-0 records
-** with recs); 0, or -1/-2 as keel__search_layer. Each expansion of a cold
-** walk passes here: the place to see a cancel between fetches. */
+/* Brings in the vectors of the ng gathered neighbours (their code rows
+** while the walk is coded), their slot headers too when hdrs (a filter
+** reads their ids) and their level-0 records with recs; 0, or -1/-2 as
+** keel__search_layer. Each expansion of a cold walk passes here: the place
+** to see a cancel between fetches. */
 KEEL_COLD static int
 br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
            int recs)
