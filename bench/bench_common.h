@@ -421,9 +421,10 @@ typedef struct bench_engine {
     const char *(*more)(void *ctx);
 } bench_engine;
 
-#define BENCH_FETCH_N 6
+#define BENCH_FETCH_N 7
 static const char *const bench_fetch_names[BENCH_FETCH_N] = {
-    "gets", "get_bytes", "warm_gets", "warm_bytes", "faults", "disk_hits"};
+    "gets", "get_bytes", "warm_gets", "warm_bytes", "faults", "disk_hits",
+    "rounds"};
 
 /* Limits of a cold run: at most max_q queries (0: every query of the file),
 ** and none started after max_s seconds from exec (0: no limit). */

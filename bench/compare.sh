@@ -19,13 +19,19 @@
 # THREADS (every core), GLOVE_DIR (data/glove-100), FMNIST_DIR,
 # OUT (bench/out/compare), BUILD (build). BENCH_CLOCK=cpu (the default
 # here) times the sweeps in CPU time (bench_common.h): on a shared machine
-# wall-clock QPS moves with the other tenants' load.
+# wall-clock QPS moves with the other tenants' load. CODES (i8: keel's
+# traversal codes; none) for keel's builds. BENCH_HUGE=1: keel opens its
+# index with KEEL_HUGE_PAGES, its file taken out of the page cache before
+# each sweep so that warm brings the vectors and code rows back in 2 MiB
+# pieces (default 0: neither).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 SETS=${SETS:-glove-l2 glove-cos fmnist-l2}
 ROUNDS=${ROUNDS:-3}
 MIN_TIME=${MIN_TIME:-0.3}
 export BENCH_CLOCK=${BENCH_CLOCK:-cpu}
+export BENCH_HUGE=${BENCH_HUGE:-0}
+CODES=${CODES:-i8}
 THREADS=${THREADS:-$(getconf _NPROCESSORS_ONLN)}
 EFS_GLOVE=${EFS_GLOVE:-64,96,128,192,256,384,512,768,1024,1536,2048,3072}
 EFS_FMNIST=${EFS_FMNIST:-10,12,16,24,32,48,64}
@@ -41,6 +47,7 @@ cc -std=c11 -O2 -g -pthread -D_GNU_SOURCE -I"$root/include" \
     -DKEEL_BENCH_INTERNALS -I"$root/src" -o "$bin/keel_bench" \
     "$root/bench/keel_bench.c" "$root/$BUILD/libkeel.a" \
     -lxxhash -lcurl -lpthread -lm
+cc -std=c11 -O2 -o "$bin/evict" "$root/bench/evict.c"
 if [ -n "${BASE:-}" ]; then
     cc -std=c11 -O2 -g -pthread -D_GNU_SOURCE -I"$BASE/include" \
         -o "$bin/keel-base_bench" "$root/bench/keel_bench.c" \
@@ -65,8 +72,10 @@ for g in $SETS; do
             [ "$e" = keel ] && [ "${KEEL_ONLY_BUILD:-0}" = 1 ] || continue
         fi
         rm -f "$ix"
+        codes=
+        [ "$e" = keel ] && codes="--codes $CODES"
         "$bin/${e}_bench" build "$ix" "$d.base.fvecs" --metric $metric \
-            --precision f32 -M 16 --efc 200 --threads "$THREADS" \
+            --precision f32 $codes -M 16 --efc 200 --threads "$THREADS" \
             --label "$g/f32" >"$ix.build.json"
     done
     r=0
@@ -77,6 +86,8 @@ for g in $SETS; do
         for e in $order; do
             ix=$OUT/$g.$e
             [ "$e" = keel-base ] && ix=$OUT/$g.keel
+            [ "$e" != hnsw ] && [ "$BENCH_HUGE" = 1 ] &&
+                "$bin/evict" "$ix" 2>/dev/null
             "$bin/${e}_bench" sweep "$ix" "$d.query.fvecs" \
                 "$d.gt.$m.ivecs" --metric $metric --ef "$efs" \
                 --min-time "$MIN_TIME" --label "$g/f32" |

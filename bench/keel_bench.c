@@ -118,6 +118,7 @@ k_fetched(void *cv, long long *v)
     v[3] = (long long)n.warm_bytes;
     v[4] = (long long)n.faults;
     v[5] = (long long)n.disk_hits;
+    v[6] = (long long)n.rounds;
 }
 
 

@@ -30,6 +30,7 @@
 #                     (KEEL_CACHE_DIR: a new directory per process), the
 #                     memory cache's default bound, for each overlap
 #                     setting (SETTINGS: "policy" is the library's default,
+#                     aheadN runs it with KEEL_BATCH_READS_AHEAD=N,
 #                     a number n runs with KEEL_BATCH_READS_MAX_RUNS=n, so 1
 #                     is serial fetches), without and with --warm;
 #        download     s3_object get (ranged GETs of DL_RANGE_MIB MiB,
@@ -190,7 +191,11 @@ keel_cold() {
     local cache lab env_cap=() warm=()
     cache=$(mktemp -d "$tmp/cache.XXXXXX")
     lab=$1
-    [ "$1" = policy ] || env_cap=(KEEL_BATCH_READS_MAX_RUNS="$1")
+    case $1 in
+    policy) ;;
+    ahead*) env_cap=(KEEL_BATCH_READS_AHEAD="${1#ahead}") ;;
+    *) env_cap=(KEEL_BATCH_READS_MAX_RUNS="$1") ;;
+    esac
     if [ "$2" = 1 ]; then
         warm=(--warm)
         lab="$lab+warm"

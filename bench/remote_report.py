@@ -54,6 +54,8 @@ def row_name(r):
         name = "keel, policy (default)"
     elif s == "1":
         name = "keel, serial fetches (max runs 1)"
+    elif s.startswith("ahead"):
+        name = "keel, policy, look-ahead %s" % s[5:]
     else:
         name = "keel, max runs %s" % s
     return name + (", warm" if warm else "")
@@ -106,9 +108,9 @@ def main():
                                       meta.get("rounds", "?")))
     p()
     p("| setting | open | 1st | 10th | 100th | ms/query after 100th | queries "
-      "(capped) | 1st query: ms | 1st query: GETs | 1st query: MiB | "
-      "GETs/query, 1-100 | MiB/query, 1-100 |")
-    p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "(capped) | 1st query: ms | 1st query: GETs | 1st query: round trips | "
+      "1st query: MiB | GETs/query, 1-100 | MiB/query, 1-100 |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         rs = groups[name]
         capped = sum(1 for r in rs if r.get("capped"))
@@ -118,6 +120,8 @@ def main():
         # Search GETs: warm's own are counted apart and left out here.
         g1 = [(delta(r, "gets", 0, 1) or 0) - (delta(r, "warm_gets", 0, 1) or 0)
               if delta(r, "gets", 0, 1) is not None else None for r in rs]
+        # Fetches in a row (each one round trip or more): warm's left out.
+        t1 = [delta(r, "rounds", 0, 1) for r in rs]
         b1 = [((delta(r, "get_bytes", 0, 1) or 0) -
                (delta(r, "warm_bytes", 0, 1) or 0)) / mib
               if delta(r, "get_bytes", 0, 1) is not None else None for r in rs]
@@ -128,12 +132,13 @@ def main():
                  (delta(r, "warm_bytes", 0, 3) or 0)) / 100 / mib
                 if delta(r, "get_bytes", 0, 3) is not None else None
                 for r in rs]
-        p("| %s | %s | %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s |" % (
+        p("| %s | %s | %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s | %s |" % (
             name, fmt([r["open_ms"] for r in rs]), fmt([r["q1_ms"] for r in rs]),
             fmt([r["q10_ms"] for r in rs]), fmt([r["q100_ms"] for r in rs]),
             fmt([r.get("after100_ms_per_q") for r in rs], 2),
             fmt(nqs), capped, fmt(q1own, 1 if rs[0].get("engine") == "hnswlib"
-                                  else 0), fmt(g1), fmt(b1, 1), fmt(g100, 1),
+                                  else 0), fmt(g1), fmt(t1), fmt(b1, 1),
+            fmt(g100, 1),
             fmt(b100, 2)))
     p()
     # Warm's own fetching, and the fault thread's share.

@@ -100,7 +100,7 @@ typedef enum { KEEL_CODES_NONE = 0, KEEL_CODES_I8 = 1 } keel_codes;
 
 /* keel_options.flags */
 #define KEEL_WARM       1u /* read the index into memory in the background */
-#define KEEL_HUGE_PAGES 2u /* ask for huge pages for committed vector pages */
+#define KEEL_HUGE_PAGES 2u /* huge pages for committed vectors and code rows */
 #define KEEL_FILE_OPTIONS 4u /* keel_open of an existing file keeps the file's
                                metric, precision and M: the options' values
                                for them apply only when it creates the file */

@@ -48,6 +48,7 @@ counter(keel_index *r, int which)
     case 2: return n.disk_hits;
     case 3: return n.faults;
     case 5: return n.meta_gets;
+    case 6: return n.rounds;
     default: return n.seq;
     }
 }
@@ -57,6 +58,7 @@ counter(keel_index *r, int which)
 #define FAULTS(r) counter(r, 3)
 #define SEQ(r) counter(r, 4)
 #define META_GETS(r) counter(r, 5)
+#define ROUNDS(r) counter(r, 6)
 
 /* Builds an index of n vectors at path (options o) and publishes it to
 ** url. */
@@ -981,6 +983,37 @@ TEST(max_runs_bounds_gets_in_flight)
         }
     }
     keel__br_set_max_runs(0);
+    keel_close(w);
+}
+
+/* A remote walk's look-ahead (batch_reads.h keel__br_ahead) only adds
+** ranges to fetches the walk makes anyway: the same results, never more
+** fetches in a row, and on a graph wider than one fetch, fewer. */
+TEST(looking_ahead_fetches_in_fewer_round_trips_alike)
+{
+    NEED_SERVER();
+    char url[256];
+    keel_index *w = published(url, sizeof url, "ahead", 89, 16 * N);
+    CHECK(w != NULL);
+    uint64_t rounds[2], gets[2];
+    static const int aheads[2] = {0, (int)KEEL_BR_AHEAD};
+    for (int i = 0; i < 2; i++) {
+        keel__br_set_ahead(aheads[i]);
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, NULL, &r));
+        uint64_t r0 = ROUNDS(r), g0 = GETS(r);
+        CHECK(same_results(w, r, 401, NULL));
+        rounds[i] = ROUNDS(r) - r0;
+        gets[i] = GETS(r) - g0;
+        keel_close(r);
+    }
+    keel__br_set_ahead(-1);
+    printf("     look-ahead 0: %llu fetches in a row, %llu GETs; %d: %llu, "
+           "%llu\n", (unsigned long long)rounds[0], (unsigned long long)gets[0],
+           aheads[1], (unsigned long long)rounds[1],
+           (unsigned long long)gets[1]);
+    CHECK(rounds[0] > 0);
+    CHECK(rounds[1] < rounds[0]);
     keel_close(w);
 }
 

@@ -274,8 +274,13 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
                            keel_range_fn fn, void *arg)
 {
     /* The heap first: the upper layers every search crosses before it
-     * reaches level 0. Then, segment by segment, what a search reads in the
-     * order it reads it: records, vectors, slot headers. */
+     * reaches level 0. Then each kind of array, every segment's before the
+     * next kind, in the order a coded search needs them: the level-0
+     * records and code rows it walks, the slot headers whose ids it
+     * returns, and last the vectors (a coded walk measures a few dozen of
+     * them; an uncoded one measures every node it meets). A reader of a
+     * published index answers its first query once the walk's arrays are
+     * in. */
     uint64_t hu = st->writer ? st->work.heap_used : v->heap_used;
     uint32_t hc = (uint32_t)(hu >> 32);
     uint32_t nheap = KEEL_LOAD_ACQUIRE(&st->nheap);
@@ -286,18 +291,25 @@ keel__store_written_ranges(const keel_store *st, const keel_view *v,
     }
     uint64_t limit = v->limit;
     uint32_t nseg = KEEL_LOAD_ACQUIRE(&st->nseg);
-    for (uint32_t k = 0; k < nseg; k++) {
-        const keel_segment *s = &st->seg[k];
-        uint64_t first = keel__seg_first_slot(&st->g, k);
-        if (first >= limit)
-            break;
-        uint64_t used = KEEL_MIN(limit - first, s->slots);
-        fn(KEEL_LOAD_RELAXED(&s->recs), (size_t)(used * st->g.rec_bytes), 0, arg);
-        if (st->g.code_bytes) /* the walk's rows, before the vectors */
-            fn(KEEL_LOAD_RELAXED(&s->codes),
-               (size_t)(used * st->g.code_bytes), 0, arg);
-        fn(KEEL_LOAD_RELAXED(&s->vecs), (size_t)(used * st->g.vec_bytes), 1, arg);
-        fn(KEEL_LOAD_RELAXED(&s->hdrs), (size_t)(used * KEEL_SLOT_HDR_BYTES), 0,
-           arg);
+    for (int kind = 0; kind < 4; kind++) {
+        for (uint32_t k = 0; k < nseg; k++) {
+            const keel_segment *s = &st->seg[k];
+            uint64_t first = keel__seg_first_slot(&st->g, k);
+            if (first >= limit)
+                break;
+            uint64_t used = KEEL_MIN(limit - first, s->slots);
+            if (kind == 0)
+                fn(KEEL_LOAD_RELAXED(&s->recs),
+                   (size_t)(used * st->g.rec_bytes), 0, arg);
+            else if (kind == 1 && st->g.code_bytes)
+                fn(KEEL_LOAD_RELAXED(&s->codes),
+                   (size_t)(used * st->g.code_bytes), 1, arg);
+            else if (kind == 2)
+                fn(KEEL_LOAD_RELAXED(&s->hdrs),
+                   (size_t)(used * KEEL_SLOT_HDR_BYTES), 0, arg);
+            else if (kind == 3)
+                fn(KEEL_LOAD_RELAXED(&s->vecs),
+                   (size_t)(used * st->g.vec_bytes), 1, arg);
+        }
     }
 }

@@ -1,5 +1,5 @@
 /* warm.c -- reading an index into memory in the background (warm), and
-** huge pages for committed vector pages.
+** huge pages for committed vectors and code rows.
 **
 ** warm: a thread gives the system read-ahead advice for exactly the byte
 ** ranges the index has written (store.h keel__store_written_ranges), never
@@ -69,7 +69,7 @@
 typedef struct warm_range {
     uint8_t *addr;
     size_t len;
-    int populate_only;        /* vectors with huge-page advice */
+    int populate_only;        /* vectors or code rows with huge-page advice */
 } warm_range;
 
 struct keel_warm {
@@ -86,7 +86,7 @@ struct keel_warm {
 };
 
 static void
-add_range(void *addr, size_t len, int vectors, void *arg)
+add_range(void *addr, size_t len, int write_once, void *arg)
 {
     struct keel_warm *w = arg;
     if (!addr || !len)
@@ -100,7 +100,7 @@ add_range(void *addr, size_t len, int vectors, void *arg)
         w->cap = cap;
     }
     w->ranges[w->n].addr = addr;
-    w->ranges[w->n].populate_only = vectors && w->huge;
+    w->ranges[w->n].populate_only = write_once && w->huge;
     w->ranges[w->n++].len = len;
 }
 
@@ -263,7 +263,7 @@ warm_main(void *arg)
      * rate; read-ahead marks are not set, so the faults of POPULATE_READ
      * that follow find the pages cached and read nothing past the written
      * range (a fault's read-ahead would, up to read_ahead_kb beyond it).
-     * Vectors with huge-page advice skip it: its reads fill the page cache
+     * Vectors and code rows with huge-page advice skip it: its reads fill the page cache
      * with small pages, while the faults' own reads bring whole 2 MiB
      * pieces the system can map with one huge page each. */
     if (advise_all(w, KEEL_ADV_WILLNEED) &&
@@ -376,10 +376,27 @@ keel_warm(keel_index *idx)
 
 #define HUGE (2u << 20)
 
-/* Advises huge pages and random access for the 2 MiB pieces of the vector
-** arrays that hold only slots in [from, to): vectors are written once, so a
+/* Advises huge pages and random access for the 2 MiB pieces of rows
+** [a, b) of one segment's array whose rows are row_bytes each. */
+static void
+advise_rows(uint8_t *rows, size_t row_bytes, uint64_t a, uint64_t b)
+{
+    uintptr_t lo = (uintptr_t)(rows + a * row_bytes);
+    uintptr_t hi = (uintptr_t)(rows + b * row_bytes);
+    lo = (lo + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+    hi &= ~(uintptr_t)(HUGE - 1);
+    if (hi <= lo)
+        return;
+    keel__os->advise((void *)lo, hi - lo, KEEL_ADV_HUGEPAGE);
+    keel__os->advise((void *)lo, hi - lo, KEEL_ADV_RANDOM);
+}
+
+/* Advises huge pages for the 2 MiB pieces of the vector and code-row arrays
+** that hold only slots in [from, to): both are written once per slot, so a
 ** huge page never has to be written back whole for a small change. Graph
-** records and slot headers never get the advice. */
+** records and slot headers never get the advice. (Measured,
+** doc/search_tuning.md: code rows on 2 MiB pages, GloVe-100 340k cosine,
+** +4-7% QPS at ef 64-256; level-0 records on them as well, nothing more.) */
 static void
 advise_slots(keel_store *st, uint64_t from, uint64_t to)
 {
@@ -391,19 +408,15 @@ advise_slots(keel_store *st, uint64_t from, uint64_t to)
         uint64_t a = KEEL_MAX(from, first), b = KEEL_MIN(to, first + s->slots);
         if (a >= b)
             continue;
-        uint8_t *vecs = KEEL_LOAD_RELAXED(&s->vecs);
-        uintptr_t lo = (uintptr_t)(vecs + (a - first) * st->g.vec_bytes);
-        uintptr_t hi = (uintptr_t)(vecs + (b - first) * st->g.vec_bytes);
-        lo = (lo + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
-        hi &= ~(uintptr_t)(HUGE - 1);
-        if (hi <= lo)
-            continue;
-        keel__os->advise((void *)lo, hi - lo, KEEL_ADV_HUGEPAGE);
-        keel__os->advise((void *)lo, hi - lo, KEEL_ADV_RANDOM);
+        advise_rows(KEEL_LOAD_RELAXED(&s->vecs), st->g.vec_bytes, a - first,
+                    b - first);
+        if (st->g.code_bytes)
+            advise_rows(KEEL_LOAD_RELAXED(&s->codes), st->g.code_bytes,
+                        a - first, b - first);
     }
 }
 
-/* The committed vectors (at open, after a flush, on a new snapshot). */
+/* The committed vectors and code rows (at open, after a flush, on a new snapshot). */
 void
 keel__huge_pages_advise(keel_index *idx)
 {

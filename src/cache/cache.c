@@ -734,6 +734,7 @@ keel__cache_counters(keel_cache *c, keel_cache_counters *out)
     out->warm_gets = KEEL_LOAD_RELAXED(&c->n.warm_gets);
     out->warm_bytes = KEEL_LOAD_RELAXED(&c->n.warm_bytes);
     out->meta_gets = KEEL_LOAD_RELAXED(&c->n.meta_gets);
+    out->rounds = KEEL_LOAD_RELAXED(&c->n.rounds);
     out->disk_hits = KEEL_LOAD_RELAXED(&c->n.disk_hits);
     out->faults = KEEL_LOAD_RELAXED(&c->n.faults);
     out->evictions = KEEL_LOAD_RELAXED(&c->n.evictions);

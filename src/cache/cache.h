@@ -100,6 +100,8 @@ typedef struct keel_cache_counters {
     uint64_t warm_gets;        /* the part of gets and get_bytes that warm */
     uint64_t warm_bytes;       /* asked for (keel__cache_bring_addr) */
     uint64_t meta_gets;        /* requests for manifests and the hint */
+    uint64_t rounds;           /* fetches that sent GETs, warm's left out:
+                                  a search's round trips, one after another */
     uint64_t disk_hits;        /* pages read from the disk cache */
     uint64_t faults;           /* granules the fault thread installed */
     uint64_t evictions;        /* granules punched out of memory */

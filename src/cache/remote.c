@@ -349,6 +349,8 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
         if (for_warm) {
             __atomic_add_fetch(&c->n.warm_gets, nr, __ATOMIC_RELAXED);
             __atomic_add_fetch(&c->n.warm_bytes, bytes, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&c->n.rounds, 1, __ATOMIC_RELAXED);
         }
         if (rc == KEEL_ECANCELED) {
             /* Invariant (1): cut-short answers are neither checked nor

@@ -33,6 +33,11 @@
 #define KEEL_BR_AHEAD 1
 #endif
 
+/* bwant's room: lists of M0 + 1 ranges (a vector, record and header each
+** for one expansion; a vector and record each for every queued candidate
+** a remote walk looks ahead to, batch_reads.h keel__br_ahead). */
+#define BR_WANT_LISTS (3u + 2u * KEEL_BR_AHEAD_MAX)
+
 /* --- scratch ----------------------------------------------------------- */
 
 keel_search_ctx *
@@ -59,7 +64,8 @@ keel__search_ctx_new(const keel_graph *gr)
     c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
     c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     /* A neighbour's vector, record and slot header (br_vectors). */
-    c->bwant = keel__malloc(3 * ((size_t)gr->M0 + 1) * sizeof *c->bwant);
+    c->bwant = keel__malloc(BR_WANT_LISTS * ((size_t)gr->M0 + 1) *
+                            sizeof *c->bwant);
     if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->cq.tmp || !c->link.cand || !c->link.keep ||
         !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
@@ -231,12 +237,16 @@ br_stopped(keel_search_ctx *c)
 
 /* Brings in the vectors of the ng gathered neighbours (their code rows
 ** while the walk is coded), their slot headers too when hdrs (a filter
-** reads their ids) and their level-0 records with recs; 0, or -1/-2 as
+** reads their ids) and their level-0 records with recs, and with ahead the
+** vectors and records of the unvisited neighbours of the first `ahead`
+** entries of the candidate heap (a level-0 walk of a published index,
+** whose queued candidates' records came with their vectors; the heap's
+** first entries are its nearest, or close to them); 0, or -1/-2 as
 ** keel__search_layer. Each expansion of a cold walk passes here: the place
 ** to see a cancel between fetches. */
 KEEL_COLD static int
 br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
-           int recs)
+           int recs, unsigned ahead)
 {
     if (br_stopped(c))
         return -2;
@@ -249,6 +259,21 @@ br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
     }
     for (uint32_t j = 0; hdrs && j < ng; j++)
         nw = br_want(st, c, nw, c->gather[j], BR_HDR);
+    if (nw && ahead) {
+        ahead = KEEL_MIN(ahead, (unsigned)c->ncand);
+        for (unsigned a = 0; a < ahead; a++) {
+            uint32_t len;
+            const uint32_t *list = keel__store_list(
+                st, keel__pack_slot(c->cand[a]), 0, &len);
+            for (uint32_t j = 0; list && j < len; j++) {
+                uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
+                if (s == KEEL_EMPTY || visited(c, s))
+                    continue;
+                nw = br_want(st, c, nw, s, vec);
+                nw = br_want(st, c, nw, s, BR_REC);
+            }
+        }
+    }
     int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
                 : 0;
     return br_result(c, rc);
@@ -375,7 +400,7 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
              * first search at 20 ms per request came 7% sooner;
              * doc/object_storage_bench.md). */
             if (KEEL_UNLIKELY(ctx->br)
-                    ? br_vectors(gr->st, ctx, ng, 0, gr->st->remote != NULL)
+                    ? br_vectors(gr->st, ctx, ng, 0, gr->st->remote != NULL, 0)
                     : KEEL_UNLIKELY(ctx->stop) && br_stopped(ctx))
                 return KEEL_EMPTY;
             walk_dist_group(gr, ctx, q, ctx->gvec, ng, ctx->gdist, coded);
@@ -458,7 +483,9 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
          * keeps the two batches (measured as they are, doc/batch_reads.md). */
         if (cold) {
             /* With batch reads off pages fault, and the walk polls. */
-            int brc = c->br ? br_vectors(st, c, ng, hdrs, st->remote != NULL)
+            int brc = c->br ? br_vectors(st, c, ng, hdrs, st->remote != NULL,
+                                         st->remote && !level
+                                             ? keel__br_ahead() : 0)
                             : br_stopped(c) ? -2 : 0;
             if (brc)
                 return brc;
@@ -742,12 +769,12 @@ keel__search_measure(const keel_graph *gr, keel_search_ctx *c, const float *q,
 ** results. Measured (doc/search_tuning.md): measuring the walk's 2k nearest
 ** by code distance gave the recall of measuring all ef of them on GloVe-100
 ** (L2 and cosine) and Fashion-MNIST at every ef, and k alone lost up to
-** 0.02; 2k to 4k ran 5-18% faster than all ef. 3k, and at least 32, leaves
-** room for data whose codes are coarser. */
+** 0.02; 2k to 4k ran 5-18% faster than all ef, and max(2k, 20) 2-4% faster
+** than max(3k, 32) on GloVe-100 cosine at ef 64-256, with the same recall. */
 static size_t
 rerank_of(size_t k)
 {
-    return KEEL_MAX(3 * k, (size_t)32);
+    return KEEL_MAX(2 * k, (size_t)20);
 }
 
 /* keel__search_knn with efk = max(ef, k), bringing pages in while c->br

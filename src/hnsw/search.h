@@ -38,7 +38,7 @@ typedef struct keel_search_ctx {
      * reads, NULL while the module is off or the file known resident. */
     keel_br_record *br;
     keel_br_cache brc;
-    keel_br_range *bwant;     /* 3 (M0 + 1) ranges: a vector, record and
+    keel_br_range *bwant;     /* BR_WANT_LISTS (M0 + 1) ranges: a vector, record and
                                * slot header per neighbour */
     keel_br_scratch bscratch;
     /* The call this search works for, set by the api layer for one call

@@ -43,6 +43,13 @@ visited_reset(keel_search_ctx *c, uint64_t limit)
     return KEEL_OK;
 }
 
+/* Whether s is marked visited. */
+static inline int
+visited(const keel_search_ctx *c, uint32_t s)
+{
+    return c->visited[s >> 6] >> (s & 63) & 1;
+}
+
 /* Marks s visited; returns 1 if it was already. Branch-free bookkeeping of
 ** the touched words: the word's index is written always, counted only when
 ** the word was empty. */

@@ -234,22 +234,28 @@ keel__br_set_enabled(int on)
 
 static uint32_t br_max_runs; /* atomic: 0 until read from the environment */
 
+/* The whole number in [lo, hi] that environment variable name holds, or
+** dflt: "4" counts; "17" (out of range), "4x", "-1" and "" leave the
+** default (as an empty KEEL_BATCH_READS does). */
+static uint32_t
+env_whole(const char *name, uint32_t lo, uint32_t hi, uint32_t dflt)
+{
+    const char *e = getenv(name);
+    if (!e || !*e || e[0] == '-')
+        return dflt;
+    char *end;
+    unsigned long v = strtoul(e, &end, 10);
+    return *end == '\0' && v >= lo && v <= hi ? (uint32_t)v : dflt;
+}
+
 uint32_t
 keel__br_max_runs(void)
 {
     uint32_t n = __atomic_load_n(&br_max_runs, __ATOMIC_RELAXED);
     if (KEEL_LIKELY(n))
         return n;
-    /* Only a whole number in range counts: "4" caps, "0", "17", "4x" and
-     * "" leave the default (as an empty KEEL_BATCH_READS does). */
-    const char *e = getenv("KEEL_BATCH_READS_MAX_RUNS");
-    n = KEEL_BR_MAX_RUNS;
-    if (e && *e) {
-        char *end;
-        unsigned long v = strtoul(e, &end, 10);
-        if (*end == '\0' && v >= 1 && v <= KEEL_BR_MAX_RUNS && e[0] != '-')
-            n = (uint32_t)v;
-    }
+    n = env_whole("KEEL_BATCH_READS_MAX_RUNS", 1, KEEL_BR_MAX_RUNS,
+                  KEEL_BR_MAX_RUNS);
     __atomic_store_n(&br_max_runs, n, __ATOMIC_RELAXED);
     return n;
 }
@@ -259,4 +265,27 @@ keel__br_set_max_runs(uint32_t n)
 {
     __atomic_store_n(&br_max_runs, KEEL_MIN(n, KEEL_BR_MAX_RUNS),
                      __ATOMIC_RELAXED);
+}
+
+/* --- the look-ahead of a remote walk ------------------------------------- */
+
+static uint32_t br_ahead; /* atomic: the look-ahead + 1; 0 until read */
+
+uint32_t
+keel__br_ahead(void)
+{
+    uint32_t n = __atomic_load_n(&br_ahead, __ATOMIC_RELAXED);
+    if (KEEL_LIKELY(n))
+        return n - 1;
+    n = env_whole("KEEL_BATCH_READS_AHEAD", 0, KEEL_BR_AHEAD_MAX,
+                  KEEL_BR_AHEAD) + 1;
+    __atomic_store_n(&br_ahead, n, __ATOMIC_RELAXED);
+    return n - 1;
+}
+
+void
+keel__br_set_ahead(int n)
+{
+    uint32_t v = n < 0 ? 0 : KEEL_MIN((uint32_t)n, KEEL_BR_AHEAD_MAX) + 1;
+    __atomic_store_n(&br_ahead, v, __ATOMIC_RELAXED);
 }

@@ -393,8 +393,11 @@ int keel__store_stats(keel_store *st, keel_stats *out);
 int keel__store_check(keel_store *st);
 
 /* Byte ranges the index has written, for warm-up, in the order a search
-** needs them: calls fn for each (address in this store's mappings). */
-typedef void (*keel_range_fn)(void *addr, size_t len, int vectors, void *arg);
+** needs them: calls fn for each (address in this store's mappings);
+** write_once: the range is vectors or code rows, written once per slot and
+** never changed in place (the ranges huge-page advice may cover). */
+typedef void (*keel_range_fn)(void *addr, size_t len, int write_once,
+                              void *arg);
 void keel__store_written_ranges(const keel_store *st, const keel_view *v,
                                 keel_range_fn fn, void *arg);
 
