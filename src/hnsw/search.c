@@ -245,8 +245,8 @@ br_stopped(keel_search_ctx *c)
 ** keel__search_layer. Each expansion of a cold walk passes here: the place
 ** to see a cancel between fetches. */
 KEEL_COLD static int
-br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
-           int recs, unsigned ahead)
+br_vectors(const keel_store *st, const keel_view *v, keel_search_ctx *c,
+           uint32_t ng, int hdrs, int recs, unsigned ahead)
 {
     if (br_stopped(c))
         return -2;
@@ -267,7 +267,7 @@ br_vectors(const keel_store *st, keel_search_ctx *c, uint32_t ng, int hdrs,
                 st, keel__pack_slot(c->cand[a]), 0, &len);
             for (uint32_t j = 0; list && j < len; j++) {
                 uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
-                if (s == KEEL_EMPTY || visited(c, s))
+                if (s == KEEL_EMPTY || skip_slot(v, s) || visited(c, s))
                     continue;
                 nw = br_want(st, c, nw, s, vec);
                 nw = br_want(st, c, nw, s, BR_REC);
@@ -400,7 +400,7 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
              * first search at 20 ms per request came 7% sooner;
              * doc/object_storage_bench.md). */
             if (KEEL_UNLIKELY(ctx->br)
-                    ? br_vectors(gr->st, ctx, ng, 0, gr->st->remote != NULL, 0)
+                    ? br_vectors(gr->st, v, ctx, ng, 0, gr->st->remote != NULL, 0)
                     : KEEL_UNLIKELY(ctx->stop) && br_stopped(ctx))
                 return KEEL_EMPTY;
             walk_dist_group(gr, ctx, q, ctx->gvec, ng, ctx->gdist, coded);
@@ -483,7 +483,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
          * keeps the two batches (measured as they are, doc/batch_reads.md). */
         if (cold) {
             /* With batch reads off pages fault, and the walk polls. */
-            int brc = c->br ? br_vectors(st, c, ng, hdrs, st->remote != NULL,
+            int brc = c->br ? br_vectors(st, v, c, ng, hdrs, st->remote != NULL,
                                          st->remote && !level
                                              ? keel__br_ahead() : 0)
                             : br_stopped(c) ? -2 : 0;
