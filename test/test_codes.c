@@ -387,6 +387,45 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
     CHECK(s == 0.0f);
 }
 
+/* Codes are y / s rounded half away from zero and clamped to -127..127,
+** as libm's roundf gives: checked against it on halves, values next to
+** them, the clamp, tiny and huge magnitudes. Codes of existing files
+** depend on it (keel_check recomputes every row). */
+TEST(codes_round_half_away_from_zero_like_roundf)
+{
+    enum { D = 64 };
+    float x[D], tmp[D];
+    uint8_t row[16 + D];
+    uint64_t z = 12345;
+    long checked = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+        /* x[0] sets the scale: s = |x[0]| / 127 when it is the largest. */
+        float big = trial % 3 == 0 ? 127.0f : trial % 3 == 1 ? 1.0f : 3e-30f;
+        x[0] = big;
+        for (int i = 1; i < D; i++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(z >> 33);
+            float half = (float)((int)(r % 255) - 127) + 0.5f;
+            float t = i % 4 == 0 ? half
+                    : i % 4 == 1 ? nextafterf(half, 0.0f)
+                    : i % 4 == 2 ? nextafterf(half, 200.0f)
+                                 : (float)((int)(r % 254001) - 127000) / 1000.0f;
+            x[i] = t / 127.0f * big;
+        }
+        keel__code_encode(x, KEEL_F32, NULL, D, tmp, row, sizeof row);
+        float s;
+        memcpy(&s, row + CODE_SCALE, 4);
+        const int8_t *c = (const int8_t *)(row + CODE_BYTES_AT);
+        for (int i = 0; i < D; i++, checked++) {
+            float r = roundf(x[i] / s);
+            int want = r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
+            CHECK_MSG(c[i] == want, "x %a / s %a: code %d, roundf gives %d",
+                      (double)x[i], (double)s, c[i], want);
+        }
+    }
+    printf("     %ld codes equal roundf's\n", checked);
+}
+
 /* How many of the n results are among the exact ten nearest (by L2) to q
 ** of the nv vectors at v (dim floats each, ids first_id, first_id + 1,
 ** ...): a partial selection over all of them. */
