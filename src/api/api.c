@@ -29,6 +29,7 @@
 
 _Thread_local int keel__swap_depth;
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,11 +70,11 @@ need_writer(keel_index *idx, const char *what)
 ** rank first or break the ordering. Cosine normalizes in double instead. */
 #define KEEL_MAX_NORM2 1e37
 
-/* Checks a vector's components: finite, and what the file can store. what is
-** "vector" or "query"; item is its position in a batch, or -1. */
+/* check_vector's component-by-component pass, which names what it finds:
+** taken only when the quick pass below sees something to name. */
 static int
-check_vector(const keel_index *idx, const float *v, const char *what,
-             long long item, int stored)
+check_vector_each(const keel_index *idx, const float *v, const char *what,
+                  long long item, int stored)
 {
     char who[64];
     if (item >= 0)
@@ -116,6 +117,34 @@ check_vector(const keel_index *idx, const float *v, const char *what,
         return keel__fail(KEEL_EINVAL, "%s is too long to normalize\nhelp: "
                           "scale it down", who);
     return KEEL_OK;
+}
+
+/* Checks a vector's components: finite, and what the file can store. what is
+** "vector" or "query"; item is its position in a batch, or -1. A quick
+** pass takes the largest magnitude: when every component is finite, none
+** overflows half precision (if stored as it), dim times the largest square
+** stays within KEEL_MAX_NORM2 (so no running sum passes it) and a cosine
+** vector is not all zeros, nothing can fail (a double sum of finite
+** floats' squares stays finite); otherwise check_vector_each finds and
+** names the first failure. */
+static int
+check_vector(const keel_index *idx, const float *v, const char *what,
+             long long item, int stored)
+{
+    float most = 0.0f;
+    int finite = 1;
+    for (uint32_t i = 0; i < idx->dim; i++) {
+        float a = fabsf(v[i]);
+        finite &= a <= FLT_MAX; /* false for NaN and inf */
+        most = a > most ? a : most;
+    }
+    int f16 = stored && idx->precision == KEEL_F16 &&
+              idx->metric != KEEL_COSINE;
+    int ok = finite && !(f16 && keel__f16_overflows(most)) &&
+             (idx->metric == KEEL_COSINE
+                  ? most > 0.0f
+                  : (double)most * most * idx->dim <= KEEL_MAX_NORM2);
+    return ok ? KEEL_OK : check_vector_each(idx, v, what, item, stored);
 }
 
 /* The vector as the file stores it: unit length for cosine, f16 if asked. */
