@@ -1014,6 +1014,30 @@ TEST(looking_ahead_fetches_in_fewer_round_trips_alike)
            (unsigned long long)gets[1]);
     CHECK(rounds[0] > 0);
     CHECK(rounds[1] < rounds[0]);
+    /* A memory bound too small for a fetch with the look-ahead's ranges
+     * turns it off: installing them would evict what the walk fetched a
+     * step before, each page then coming back by a fault. */
+    uint64_t faults[2];
+    for (int i = 0; i < 2; i++) {
+        keel__br_set_ahead(aheads[i]);
+        keel_options small = {.memory_cache_bytes = 1}; /* 8 MiB */
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, &small, &r));
+        CHECK_U64(keel__br_remote_ahead(r->st, r->st->g.M0), 0);
+        uint64_t f0 = FAULTS(r);
+        CHECK(same_results(w, r, 402, NULL));
+        faults[i] = FAULTS(r) - f0;
+        keel_close(r);
+    }
+    keel__br_set_ahead(-1);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r)); /* 1 GiB */
+    CHECK_U64(keel__br_remote_ahead(r->st, r->st->g.M0), KEEL_BR_AHEAD);
+    keel_close(r);
+    printf("     8 MiB bound: %llu faults with look-ahead 0, %llu with %d\n",
+           (unsigned long long)faults[0], (unsigned long long)faults[1],
+           aheads[1]);
+    CHECK_U64(faults[1], faults[0]);
     keel_close(w);
 }
 

@@ -484,8 +484,8 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         if (cold) {
             /* With batch reads off pages fault, and the walk polls. */
             int brc = c->br ? br_vectors(st, v, c, ng, hdrs, st->remote != NULL,
-                                         st->remote && !level
-                                             ? keel__br_ahead() : 0)
+                                         st->remote && !level ? c->ahead
+                                                              : 0)
                             : br_stopped(c) ? -2 : 0;
             if (brc)
                 return brc;
@@ -880,10 +880,12 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
      * (their table's faults then also read their page alone). */
     keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
     c->br = cold;
+    c->ahead = cold ? keel__br_remote_ahead(gr->st, gr->M0) : 0;
     keel__search_code_query(gr, c, q);
     int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
     c->br = NULL;
     c->coded = 0;
+    c->ahead = 0;
     if (cold)
         keel__br_done(cold);
     return rc;

@@ -41,6 +41,8 @@ typedef struct keel_search_ctx {
     keel_br_range *bwant;     /* BR_WANT_LISTS (M0 + 1) ranges: a vector, record and
                                * slot header per neighbour */
     keel_br_scratch bscratch;
+    uint32_t ahead;           /* a remote level-0 walk's look-ahead
+                               * (keel__br_remote_ahead), set per search */
     /* The call this search works for, set by the api layer for one call
      * (NULL: nothing can cancel it): polled where the search brings pages
      * in, which is where a search of a published index waits. */

@@ -235,13 +235,13 @@ keel__br_set_enabled(int on)
 static uint32_t br_max_runs; /* atomic: 0 until read from the environment */
 
 /* The whole number in [lo, hi] that environment variable name holds, or
-** dflt: "4" counts; "17" (out of range), "4x", "-1" and "" leave the
-** default (as an empty KEEL_BATCH_READS does). */
+** dflt: "4" counts; "17" (out of range), "4x", "-1", " 4", "+4" and ""
+** leave the default (as an empty KEEL_BATCH_READS does). */
 static uint32_t
 env_whole(const char *name, uint32_t lo, uint32_t hi, uint32_t dflt)
 {
     const char *e = getenv(name);
-    if (!e || !*e || e[0] == '-')
+    if (!e || e[0] < '0' || e[0] > '9') /* strtoul takes spaces and signs */
         return dflt;
     char *end;
     unsigned long v = strtoul(e, &end, 10);

@@ -26,6 +26,17 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+uint32_t
+keel__br_remote_ahead(const keel_store *st, uint32_t M0)
+{
+    if (!st->remote)
+        return 0;
+    /* A fetch names (3 + 2 a)(M0 + 1) ranges, each within two granules. */
+    uint64_t room = st->remote->mem_limit / 4 / (2 * ((uint64_t)M0 + 1));
+    uint64_t fit = room > 3 ? (room - 3) / 2 : 0;
+    return (uint32_t)KEEL_MIN((uint64_t)keel__br_ahead(), fit);
+}
+
 /* --- the residency record ------------------------------------------------ */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;

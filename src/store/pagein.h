@@ -77,6 +77,15 @@ typedef struct keel_br_cache {
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
                                 const keel_view *v, uint32_t ef);
+/* How many queued candidates a level-0 walk of st (a published index;
+** 0 for a local file) looks ahead to (io/batch_reads.h keel__br_ahead),
+** with M0 + 1 ranges of vector and record each per candidate: no more than
+** keep one fetch's granules within a quarter of st's memory bound, so
+** installing them never evicts what the walk fetched a step before or the
+** records it reads to look ahead (with the 8 MiB floor, none; with the
+** 1 GiB default and M 16, the full 8). */
+uint32_t keel__br_remote_ahead(const keel_store *st, uint32_t M0);
+
 /* The search that got rec from keel__br_record has ended (every record
 ** returned is given back exactly once). */
 void keel__br_done(keel_br_record *rec);
