@@ -202,6 +202,44 @@ TEST(a_published_index_searches_like_the_file)
     keel_close(w);
 }
 
+/* Adds since the last flush rewrite committed nodes' lists in place; a
+** publish then sends the commit's lists (from the undo log), the same a
+** keel_backup of that commit holds, not the file's. */
+TEST(a_publish_with_unflushed_adds_sends_the_committed_lists)
+{
+    NEED_SERVER();
+    static const uint32_t Ms[2] = {4, 16};
+    for (int round = 0; round < 2; round++) {
+        char name[32];
+        snprintf(name, sizeof name, "pending%d.keel", round);
+        keel_options o = {.max_connections = Ms[round]};
+        keel_index *w, *img, *bak;
+        CHECK_OK(keel_open(test_path(name), DIM, &o, &w));
+        size_t n1 = round ? 3000 : 65, n2 = 6000;
+        float *v = td_random(n1 + n2, DIM, 31 + (uint64_t)round);
+        CHECK_OK(keel_add_batch(w, v, n1, NULL, NULL));
+        CHECK_OK(keel_flush(w));
+        CHECK_OK(keel_add_batch(w, v + n1 * DIM, n2, NULL, NULL));
+        char url[256], prefix[32];
+        snprintf(prefix, sizeof prefix, "pending%d", round);
+        url_of(url, sizeof url, prefix);
+        CHECK_OK(keel_publish(w, url, NULL));
+        snprintf(name, sizeof name, "pending%d.img", round);
+        CHECK_OK(download(url, 1, test_path(name)));
+        CHECK_OK(keel_open_reader(test_path(name), NULL, &img));
+        snprintf(name, sizeof name, "pending%d.bak", round);
+        CHECK_OK(keel_backup(w, test_path(name)));
+        CHECK_OK(keel_open_reader(test_path(name), NULL, &bak));
+        CHECK_OK(keel_check(img));
+        CHECK_EQ(keel_count(img), n1);
+        CHECK(same_results(bak, img, 40 + (uint64_t)round));
+        keel_close(img);
+        keel_close(bak);
+        keel_close(w);
+        free(v);
+    }
+}
+
 struct racer {
     keel_index *idx;
     const char *url;

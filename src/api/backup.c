@@ -146,39 +146,15 @@ copy_commit(backup *b)
 static int
 restore_node(backup *b, uint32_t slot, const uint8_t *w, uint32_t words)
 {
-    const keel_header *h = b->h;
-    const keel_geometry *g = &b->g;
-    uint64_t i;
-    uint32_t k = keel__slot_segment(g, slot, &i);
-    keel_seg_layout L;
-    keel__seg_layout(g, k, &L);
-    uint64_t rec = h->seg_off[k] + L.rec_off + i * g->rec_bytes;
-    uint8_t head[8];
-    ssize_t r = keel__os->pread(b->st->fd, head, 8, rec);
-    if (r != 8)
-        return io_fail(b, r < 0 ? (int)r : -EIO, "reading", b->st->path);
-    uint64_t hw = keel__get64(head);
-    uint32_t level = (uint32_t)(hw & 0xFF);
-    if (level >= KEEL_MAX_LEVELS || words != g->M0 + level * g->M)
-        return KEEL_CORRUPT("the undo log's entry for slot %u holds %u words "
-                            "where its level %u needs %u", slot, words, level,
-                            g->M0 + level * g->M);
-    ssize_t n = keel__os->pwrite(b->fd, w, 4ull * g->M0, rec + 8);
-    if (n != (ssize_t)(4ull * g->M0))
-        return io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
-    uint64_t ref = hw >> 16;
-    uint32_t c = (uint32_t)(ref >> 32);
-    if (level && c >= h->heap_chunks)
-        return KEEL_CORRUPT("slot %u's heap entry is in chunk %u of %u", slot,
-                            c, h->heap_chunks);
-    if (level) {
-        size_t bytes = 4ull * g->M * level;
-        n = keel__os->pwrite(b->fd, w + 4ull * g->M0, bytes,
-                             h->heap_off[c] + (ref & 0xFFFFFFFFu));
-        if (n != (ssize_t)bytes)
-            return io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
+    uint64_t off[2], len[2];
+    int rc = keel__undo_entry_places(b->st, b->h, slot, words, off, len);
+    for (int j = 0; j < 2 && rc == KEEL_OK && len[j]; j++) {
+        ssize_t n = keel__os->pwrite(b->fd, w + (j ? len[0] : 0),
+                                     (size_t)len[j], off[j]);
+        if (n != (ssize_t)len[j])
+            rc = io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
     }
-    return KEEL_OK;
+    return rc;
 }
 
 static int
@@ -225,16 +201,9 @@ read_all(int fd, uint64_t size, uint8_t **out)
 static int
 restore_writer(backup *b)
 {
-    keel_store *st = b->st;
-    uint8_t *log = NULL;
-    uint64_t size = 0;
-    int rc = KEEL_OK;
-    pthread_mutex_lock(&st->undo_lock);
-    if (st->undo_fd >= 0) {
-        size = st->undo_end;
-        rc = read_all(st->undo_fd, size, &log);
-    }
-    pthread_mutex_unlock(&st->undo_lock);
+    uint8_t *log;
+    uint64_t size;
+    int rc = keel__undo_log_copy(b->st, &log, &size);
     if (!rc && log)
         rc = restore_lists(b, log, size);
     keel__free(log);

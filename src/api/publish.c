@@ -31,9 +31,15 @@
 ** (7) Up to opt->parallel packs are queued and sent at once; the manifest
 **     goes only after every queued pack has been sent (invariant 2).
 **
+** (8) The image holds the commit's neighbour lists, not the file's: adds
+**     since the commit rewrite committed nodes' lists in place, and the undo
+**     log holds each such node's committed lists (undo.c). Every entry of
+**     the writer's log is laid over the pages it falls in, as keel_backup
+**     does (backup.c step 3); the write lock keeps adds out meanwhile.
+**
 ** This module reads the index file through the store's descriptor (the OS
 ** layer) and sends bytes through the S3 client; it holds the handle's write
-** lock throughout, so no flush changes the file under it.
+** lock throughout, so no flush or add changes the file under it.
 */
 #include "base/internal.h"
 #include "api/api.h"
@@ -53,9 +59,93 @@
 
 /* --- the image ------------------------------------------------------------ */
 
-/* Page i of the image of the commit h of st, in buf (PAGE bytes). */
+/* A committed list laid over the file's bytes (invariant 8). */
+typedef struct patch {
+    uint64_t off, len;
+    const uint8_t *bytes;     /* in the log's copy */
+} patch;
+
+typedef struct patches {
+    const keel_store *st;
+    const keel_header *h;
+    patch *p;
+    size_t n, cap;
+} patches;
+
 static int
-image_page(keel_store *st, keel_header *h, uint64_t i, uint8_t *buf)
+patch_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+{
+    patches *ps = arg;
+    uint64_t off[2], len[2];
+    int rc = keel__undo_entry_places(ps->st, ps->h, slot, n_words, off, len);
+    for (int j = 0; j < 2 && rc == KEEL_OK && len[j]; j++) {
+        if (ps->n == ps->cap) {
+            size_t cap = ps->cap ? 2 * ps->cap : 64;
+            patch *np = keel__realloc(ps->p, cap * sizeof *np);
+            if (!np)
+                return KEEL_ENOMEM;
+            ps->p = np;
+            ps->cap = cap;
+        }
+        ps->p[ps->n++] = (patch){off[j], len[j], words + (j ? len[0] : 0)};
+    }
+    return rc;
+}
+
+static int
+patch_cmp(const void *a, const void *b)
+{
+    const patch *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The writer's committed lists that the file no longer holds, sorted by
+** offset; log: the copy of the undo log they point into. */
+static int
+patches_of(keel_store *st, const keel_header *h, patches *ps, uint8_t **log)
+{
+    uint64_t size, hdr, ident, tag;
+    memset(ps, 0, sizeof *ps);
+    ps->st = st;
+    ps->h = h;
+    int rc = keel__undo_log_copy(st, log, &size);
+    if (rc || !*log ||
+        keel__undo_log_header(*log, size, &hdr, &ident, &tag) != KEEL_OK ||
+        ident != keel__undo_identity(h))
+        return rc; /* none for this commit */
+    rc = keel__undo_log_walk(&st->g, *log, size, hdr, ident, h->count,
+                             patch_entry, ps);
+    if (!rc && ps->n)
+        qsort(ps->p, ps->n, sizeof *ps->p, patch_cmp);
+    return rc;
+}
+
+/* Lays the patches over [off, off + n) of the image in buf. */
+static void
+patch_page(const patches *ps, uint64_t off, size_t n, uint8_t *buf)
+{
+    /* The first patch ending past off: lists never overlap. */
+    size_t lo = 0, hi = ps->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ps->p[mid].off + ps->p[mid].len <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t k = lo; k < ps->n && ps->p[k].off < off + n; k++) {
+        uint64_t a = KEEL_MAX(ps->p[k].off, off);
+        uint64_t b = KEEL_MIN(ps->p[k].off + ps->p[k].len, off + n);
+        memcpy(buf + (a - off), ps->p[k].bytes + (a - ps->p[k].off),
+               (size_t)(b - a));
+    }
+}
+
+/* Page i of the image of the commit h of st, in buf (PAGE bytes), with the
+** committed lists of ps laid over it. */
+static int
+image_page(keel_store *st, keel_header *h, const patches *ps, uint64_t i,
+           uint8_t *buf)
 {
     memset(buf, 0, PAGE);
     uint64_t off = i * PAGE;
@@ -78,6 +168,7 @@ image_page(keel_store *st, keel_header *h, uint64_t i, uint8_t *buf)
                               " of %s to publish: %s\nhelp: check the file "
                               "and its disk", n, off, st->path,
                               got < 0 ? strerror((int)-got) : "short read");
+        patch_page(ps, off, n, buf);
     }
     return KEEL_OK;
 }
@@ -343,9 +434,14 @@ publish_commit(pub *p, keel_store *st, keel_header *h)
         return KEEL_ENOMEM;
     }
     p->pack = p->bufs[0];
+    patches ps;
+    uint8_t *log = NULL;
+    rc = patches_of(st, h, &ps, &log);
     for (uint64_t i = 0; i < p->next.npages && !rc; i++)
-        if (!(rc = image_page(st, h, i, buf)))
+        if (!(rc = image_page(st, h, &ps, i, buf)))
             rc = place_page(p, i, buf);
+    keel__free(ps.p);
+    keel__free(log);
     keel__free(buf);
     if (!rc)
         rc = flush_pack(p, p->next.npages);

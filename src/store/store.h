@@ -380,6 +380,18 @@ typedef int (*keel_undo_entry_fn)(uint32_t slot, const uint8_t *words,
 int keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf,
                         uint64_t size, uint64_t hdr_len, uint64_t ident,
                         uint64_t count, keel_undo_entry_fn fn, void *arg);
+/* Where the file holds the lists of an entry of slot (n_words words) under
+** commit h: the level-0 list at off[0] (len[0] bytes) and, for a node with
+** upper levels, those lists at off[1] (len[1]; 0 when none). Reads the
+** slot's record head through st's descriptor. KEEL_OK, KEEL_EIO or
+** KEEL_ECORRUPT (an entry that does not fit the node) with a message. */
+int keel__undo_entry_places(const keel_store *st, const keel_header *h,
+                            uint32_t slot, uint32_t n_words, uint64_t off[2],
+                            uint64_t len[2]);
+/* Writer: a copy of its undo log (*buf, *size; NULL and 0 when no list
+** changed since the last commit), read under undo_lock so that every entry a
+** save wrote is in it. KEEL_OK or KEEL_ENOMEM. */
+int keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size);
 
 /* Writer: commit everything since the last commit. */
 int keel__store_commit(keel_store *st);

@@ -401,6 +401,64 @@ keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf, uint64_t size,
     return rc;
 }
 
+int
+keel__undo_entry_places(const keel_store *st, const keel_header *h,
+                        uint32_t slot, uint32_t n_words, uint64_t off[2],
+                        uint64_t len[2])
+{
+    const keel_geometry *g = &st->g;
+    uint64_t i;
+    uint32_t k = keel__slot_segment(g, slot, &i);
+    keel_seg_layout L;
+    keel__seg_layout(g, k, &L);
+    uint64_t rec = h->seg_off[k] + L.rec_off + i * g->rec_bytes;
+    uint8_t head[8];
+    ssize_t r = keel__os->pread(st->fd, head, 8, rec);
+    if (r != 8)
+        return keel__fail(KEEL_EIO, "reading slot %u's record in %s: %s\n"
+                          "help: check the file and its disk", slot, st->path,
+                          r < 0 ? strerror((int)-r) : "short read");
+    uint64_t hw = keel__get64(head);
+    uint32_t level = (uint32_t)(hw & 0xFF);
+    if (level >= KEEL_MAX_LEVELS || n_words != g->M0 + level * g->M)
+        return KEEL_CORRUPT("the undo log's entry for slot %u holds %u words "
+                            "where its level %u needs %u", slot, n_words,
+                            level, g->M0 + level * g->M);
+    uint64_t ref = hw >> 16;
+    uint32_t c = (uint32_t)(ref >> 32);
+    if (level && c >= h->heap_chunks)
+        return KEEL_CORRUPT("slot %u's heap entry is in chunk %u of %u", slot,
+                            c, h->heap_chunks);
+    off[0] = rec + 8;
+    len[0] = 4ull * g->M0;
+    off[1] = level ? h->heap_off[c] + (ref & 0xFFFFFFFFu) : 0;
+    len[1] = level ? 4ull * g->M * level : 0;
+    return KEEL_OK;
+}
+
+int
+keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size)
+{
+    *buf = NULL;
+    *size = 0;
+    int rc = KEEL_OK;
+    pthread_mutex_lock(&st->undo_lock);
+    if (st->undo_fd >= 0 && st->undo_end > 0) {
+        uint8_t *p = keel__malloc((size_t)st->undo_end);
+        if (!p) {
+            rc = KEEL_ENOMEM;
+        } else if (keel__os->pread(st->undo_fd, p, (size_t)st->undo_end, 0) !=
+                   (ssize_t)st->undo_end) {
+            keel__free(p); /* shorter than it was: a log being replaced */
+        } else {
+            *buf = p;
+            *size = st->undo_end;
+        }
+    }
+    pthread_mutex_unlock(&st->undo_lock);
+    return rc;
+}
+
 typedef struct undo_applying {
     keel_store *st;
     uint64_t applied;
