@@ -162,6 +162,43 @@ TEST(copy_is_the_last_commit_bit_for_bit)
     free(q);
 }
 
+/* An index in memory keeps an undo log too (an anonymous file): a backup
+** made after unflushed adds rewrote committed lists holds the commit's
+** graph, the same as a backup made before those adds. */
+TEST(an_in_memory_writer_backs_up_its_commit)
+{
+    float *v = td_random(4065, DIM, 21), *q = td_random(30, DIM, 22);
+    keel_options o = {.max_connections = 4};
+    keel_index *w = NULL, *a = NULL, *b = NULL;
+    CHECK_OK(keel_open(":memory:", DIM, &o, &w));
+    CHECK_OK(keel_add_batch(w, v, 65, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_backup(w, test_path("mem1.keel")));
+    CHECK_OK(keel_add_batch(w, v + 65 * DIM, 4000, NULL, NULL));
+    CHECK_OK(keel_backup(w, test_path("mem2.keel")));
+    CHECK_OK(keel_open_reader(test_path("mem1.keel"), NULL, &a));
+    CHECK_OK(keel_open_reader(test_path("mem2.keel"), NULL, &b));
+    CHECK_OK(keel_check(b));
+    CHECK_U64(keel_count(b), 65);
+    CHECK(same_index(a, b, q, 30));
+    CHECK_OK(keel_close(a));
+    CHECK_OK(keel_close(b));
+    /* After the next flush the log starts again, for the new commit. */
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_backup(w, test_path("mem3.keel")));
+    CHECK_OK(keel_add_batch(w, v, 500, NULL, NULL));
+    CHECK_OK(keel_backup(w, test_path("mem4.keel")));
+    CHECK_OK(keel_open_reader(test_path("mem3.keel"), NULL, &a));
+    CHECK_OK(keel_open_reader(test_path("mem4.keel"), NULL, &b));
+    CHECK_U64(keel_count(b), 4065);
+    CHECK(same_index(a, b, q, 30));
+    CHECK_OK(keel_close(a));
+    CHECK_OK(keel_close(b));
+    CHECK_OK(keel_close(w));
+    free(v);
+    free(q);
+}
+
 TEST(bad_destinations)
 {
     keel_index *w = NULL;

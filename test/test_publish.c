@@ -204,18 +204,20 @@ TEST(a_published_index_searches_like_the_file)
 
 /* Adds since the last flush rewrite committed nodes' lists in place; a
 ** publish then sends the commit's lists (from the undo log), the same a
-** keel_backup of that commit holds, not the file's. */
+** keel_backup of that commit holds, not the file's. Round 2: an index in
+** memory, whose undo log is an anonymous file. */
 TEST(a_publish_with_unflushed_adds_sends_the_committed_lists)
 {
     NEED_SERVER();
-    static const uint32_t Ms[2] = {4, 16};
-    for (int round = 0; round < 2; round++) {
+    static const uint32_t Ms[3] = {4, 16, 4};
+    for (int round = 0; round < 3; round++) {
         char name[32];
         snprintf(name, sizeof name, "pending%d.keel", round);
         keel_options o = {.max_connections = Ms[round]};
         keel_index *w, *img, *bak;
-        CHECK_OK(keel_open(test_path(name), DIM, &o, &w));
-        size_t n1 = round ? 3000 : 65, n2 = 6000;
+        CHECK_OK(keel_open(round == 2 ? ":memory:" : test_path(name), DIM, &o,
+                           &w));
+        size_t n1 = round == 1 ? 3000 : 65, n2 = 6000;
         float *v = td_random(n1 + n2, DIM, 31 + (uint64_t)round);
         CHECK_OK(keel_add_batch(w, v, n1, NULL, NULL));
         CHECK_OK(keel_flush(w));

@@ -38,6 +38,7 @@ static struct {
     int undo_write_at;     /* fail the undo_write_at-th write to a log */
     int undo_writes;
     int sync_err;          /* -errno for every sync */
+    int undo_read_err;     /* -errno for reads of an open undo log */
 } F;
 
 static int
@@ -84,6 +85,14 @@ f_pwrite(int fd, const void *buf, size_t n, uint64_t off)
     return r;
 }
 
+static ssize_t
+f_pread(int fd, void *buf, size_t n, uint64_t off)
+{
+    if (F.undo_read_err && fd_is_undo(fd))
+        return F.undo_read_err;
+    return keel__os_posix.pread(fd, buf, n, off);
+}
+
 static int
 f_sync(int fd)
 {
@@ -99,6 +108,7 @@ faults_on(void)
     faulty = keel__os_posix;
     faulty.open = f_open;
     faulty.pwrite = f_pwrite;
+    faulty.pread = f_pread;
     faulty.sync = f_sync;
     keel__os = &faulty;
 }
@@ -644,6 +654,30 @@ expect_duplicate(keel_index *idx, const uint64_t *ids, size_t n,
     snprintf(want, sizeof want, "id %llu appears twice in the batch (items "
              "%zu and %zu)", (unsigned long long)id, a, b);
     CHECK_MSG_HAS(want);
+}
+
+/* A backup (and a publish, through the same read) of a writer whose undo
+** log cannot be read fails and names the log: without it the copy would
+** hold lists that adds since the commit rewrote. */
+TEST(a_backup_whose_undo_log_cannot_be_read_fails)
+{
+    keel_options o = {.max_connections = 4};
+    keel_index *w = NULL;
+    CHECK_OK(keel_open(test_path("unread.keel"), DIM, &o, &w));
+    float *v = td_random(1200, DIM, 61);
+    CHECK_OK(keel_add_batch(w, v, 200, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_add_batch(w, v + 200 * DIM, 1000, NULL, NULL));
+    faults_on();
+    F.undo_read_err = -EIO;
+    int rc = keel_backup(w, test_path("unread-copy.keel"));
+    faults_off();
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_MSG_HAS("reading the undo log");
+    CHECK(access(test_path("unread-copy.keel"), F_OK) != 0);
+    CHECK_OK(keel_backup(w, test_path("unread-copy.keel")));
+    CHECK_OK(keel_close(w));
+    free(v);
 }
 
 TEST(duplicate_ids_in_a_batch_are_named_with_both_items)

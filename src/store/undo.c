@@ -184,16 +184,38 @@ undo_place(keel_store *st)
     return KEEL_OK;
 }
 
+/* An in-memory index's log: an anonymous file, never synced or announced
+** (no crash leaves anything to undo), read by a failed add's restore, by
+** keel_backup and by keel_publish, which need the commit's lists. */
+static int
+undo_begin_memory(keel_store *st)
+{
+    int fd = keel__os->memfd("keel-undo");
+    if (fd < 0)
+        return undo_fail(fd, "creating", "(in memory)");
+    uint8_t hdr[UNDO_HDR] = {0};
+    memcpy(hdr, UNDO_MAGIC, 8);
+    keel__put32(hdr + 8, 2);
+    st->undo_identity = keel__undo_identity(&st->committed);
+    st->undo_tag = new_tag(st);
+    keel__put64(hdr + 16, st->undo_identity);
+    keel__put64(hdr + 24, st->undo_tag);
+    ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
+    if (n != UNDO_HDR) {
+        keel__os->close(fd);
+        return undo_fail(n < 0 ? (int)n : -EIO, "writing",
+                         "(in memory)");
+    }
+    st->undo_fd = fd;
+    st->undo_end = UNDO_HDR;
+    st->undo_synced_at = now_s();
+    return KEEL_OK;
+}
+
 /* Opens a fresh log for the current commit. Called with undo_lock held. */
 static int
 undo_begin(keel_store *st)
 {
-    int rc = undo_place(st);
-    if (rc)
-        return rc;
-    const char *p = st->undo_path;
-    if (strlen(p) >= KEEL_UNDO_PATH_MAX || strlen(p) >= PATH_MAX)
-        return undo_fail(-ENAMETOOLONG, "creating", p);
     /* Room for the largest entry, and at least 64 KiB to read entries back
      * a buffer at a time (keel__undo_restore allocates nothing). */
     if (!st->undo_buf) {
@@ -204,6 +226,14 @@ undo_begin(keel_store *st)
             return KEEL_ENOMEM;
         st->undo_buf_cap = cap;
     }
+    if (st->memory)
+        return undo_begin_memory(st);
+    int rc = undo_place(st);
+    if (rc)
+        return rc;
+    const char *p = st->undo_path;
+    if (strlen(p) >= KEEL_UNDO_PATH_MAX || strlen(p) >= PATH_MAX)
+        return undo_fail(-ENAMETOOLONG, "creating", p);
     keel__os->unlink(p);
     int fd = keel__os->open(p, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
     if (fd < 0)
@@ -244,7 +274,7 @@ keel__undo_save(keel_store *st, uint64_t slot, int *wrote)
     uint64_t bit = (uint64_t)1 << (i & 63);
     uint64_t *bits = KEEL_LOAD_ACQUIRE(&st->saved_bits[k]);
     if ((bits && (KEEL_LOAD_ACQUIRE(&bits[i >> 6]) & bit)) ||
-        keel__mutant == KEEL_MUT_NO_UNDO || st->memory)
+        keel__mutant == KEEL_MUT_NO_UNDO)
         return KEEL_OK;
     pthread_mutex_lock(&st->undo_lock);
     int rc = KEEL_OK;
@@ -296,7 +326,7 @@ keel__undo_save(keel_store *st, uint64_t slot, int *wrote)
     st->undo_saved[st->undo_saved_n++] = (uint32_t)slot;
     __atomic_fetch_or(&bits[i >> 6], bit, __ATOMIC_RELEASE);
     double t = now_s();
-    if (t - st->undo_synced_at >= 1.0) { /* rule (4) */
+    if (!st->memory && t - st->undo_synced_at >= 1.0) { /* rule (4) */
         keel__os->sync(st->undo_fd);
         st->undo_synced_at = t;
     }
@@ -308,7 +338,7 @@ out:
 int
 keel__undo_sync(keel_store *st)
 {
-    if (st->undo_fd < 0)
+    if (st->undo_fd < 0 || st->memory)
         return KEEL_OK;
     return keel__os->sync(st->undo_fd);
 }
@@ -318,7 +348,8 @@ keel__undo_end(keel_store *st)
 {
     if (st->undo_fd < 0)
         return;
-    keel__os->unlink(st->undo_path);
+    if (!st->memory)
+        keel__os->unlink(st->undo_path);
     keel__os->close(st->undo_fd);
     st->undo_fd = -1;
     for (size_t j = 0; j < st->undo_saved_n; j++) {
@@ -445,11 +476,16 @@ keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size)
     pthread_mutex_lock(&st->undo_lock);
     if (st->undo_fd >= 0 && st->undo_end > 0) {
         uint8_t *p = keel__malloc((size_t)st->undo_end);
+        ssize_t n = p ? keel__os->pread(st->undo_fd, p, (size_t)st->undo_end, 0)
+                      : 0;
         if (!p) {
             rc = KEEL_ENOMEM;
-        } else if (keel__os->pread(st->undo_fd, p, (size_t)st->undo_end, 0) !=
-                   (ssize_t)st->undo_end) {
-            keel__free(p); /* shorter than it was: a log being replaced */
+        } else if (n != (ssize_t)st->undo_end) {
+            /* Under undo_lock nothing replaces the log: a failed read. */
+            keel__free(p);
+            rc = undo_fail(n < 0 ? (int)n : -EIO, "reading",
+                           st->memory ? "(in memory)"
+                                      : st->undo_path);
         } else {
             *buf = p;
             *size = st->undo_end;
