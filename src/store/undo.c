@@ -45,6 +45,11 @@
 **   (8) A failed add restores the lists it changed (build.c): those of
 **       committed nodes it saved first from the log entries it wrote
 **       (keel__undo_mark, keel__undo_restore).
+**   (9) An index in memory keeps its log in an anonymous file: no crash
+**       leaves anything to undo, so it is never synced, announced or
+**       recovered, but a failed add restores from it and keel_backup and
+**       keel_publish read the commit's lists from it (keel__undo_log_copy),
+**       as they do from a file's log.
 **
 ** File: "KEELUNDO" (8), version u32 = 2, reserved u32, commit hash u64,
 ** tag u64, owner st_dev u64, owner st_ino u64; then entries: slot u32,
