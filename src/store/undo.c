@@ -189,6 +189,20 @@ undo_place(keel_store *st)
     return KEEL_OK;
 }
 
+/* A new log's header for the current commit, in hdr (UNDO_HDR bytes; the
+** owner's st_dev and st_ino left zero); sets the store's identity and tag. */
+static void
+undo_header(keel_store *st, uint8_t *hdr)
+{
+    memset(hdr, 0, UNDO_HDR);
+    memcpy(hdr, UNDO_MAGIC, 8);
+    keel__put32(hdr + 8, 2);
+    st->undo_identity = keel__undo_identity(&st->committed);
+    st->undo_tag = new_tag(st);
+    keel__put64(hdr + 16, st->undo_identity);
+    keel__put64(hdr + 24, st->undo_tag);
+}
+
 /* An in-memory index's log: an anonymous file, never synced or announced
 ** (no crash leaves anything to undo), read by a failed add's restore, by
 ** keel_backup and by keel_publish, which need the commit's lists. */
@@ -198,13 +212,8 @@ undo_begin_memory(keel_store *st)
     int fd = keel__os->memfd("keel-undo");
     if (fd < 0)
         return undo_fail(fd, "creating", "(in memory)");
-    uint8_t hdr[UNDO_HDR] = {0};
-    memcpy(hdr, UNDO_MAGIC, 8);
-    keel__put32(hdr + 8, 2);
-    st->undo_identity = keel__undo_identity(&st->committed);
-    st->undo_tag = new_tag(st);
-    keel__put64(hdr + 16, st->undo_identity);
-    keel__put64(hdr + 24, st->undo_tag);
+    uint8_t hdr[UNDO_HDR];
+    undo_header(st, hdr);
     ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
     if (n != UNDO_HDR) {
         keel__os->close(fd);
@@ -243,13 +252,8 @@ undo_begin(keel_store *st)
     int fd = keel__os->open(p, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
     if (fd < 0)
         return undo_fail(fd, "creating", p);
-    uint8_t hdr[UNDO_HDR] = {0};
-    memcpy(hdr, UNDO_MAGIC, 8);
-    keel__put32(hdr + 8, 2);
-    st->undo_identity = keel__undo_identity(&st->committed);
-    st->undo_tag = new_tag(st);
-    keel__put64(hdr + 16, st->undo_identity);
-    keel__put64(hdr + 24, st->undo_tag);
+    uint8_t hdr[UNDO_HDR];
+    undo_header(st, hdr);
     keel_file_info me; /* rule (7): the file the log belongs to */
     int err = keel__os->stat(st->fd, &me);
     if (!err) {
