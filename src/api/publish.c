@@ -4,7 +4,8 @@
 ** flush sees it, cut into 64 KiB pages: page 0 the committed header, page 1
 ** zero (one header copy is enough: nothing writes the image again), page 2
 ** a live page that routes through exactly the committed slots, then the
-** file's bytes up to the committed file_end. Pages are named by content
+** file's bytes up to the committed file_end, of the regions the commit
+** names (invariant 9). Pages are named by content
 ** (xxh3-128), so a page that did not change since the previous version is
 ** not sent again, and a page rewritten in place (neighbour lists, deleted
 ** epochs: format.md invariant 3) gets a new hash and is sent again.
@@ -36,6 +37,11 @@
 **     log holds each such node's committed lists (undo.c). Every entry of
 **     the writer's log is laid over the pages it falls in, as keel_backup
 **     does (backup.c step 3); the write lock keeps adds out meanwhile.
+** (9) The image holds only the commit's regions: its segments, heap chunks
+**     and id table. Regions the file holds and the commit no longer names
+**     (id tables a grown one replaced) are zero in the image, so they are
+**     never sent, and a reader's cache is complete once warm has read what
+**     the commit names.
 **
 ** This module reads the index file through the store's descriptor (the OS
 ** layer) and sends bytes through the S3 client; it holds the handle's write
@@ -141,11 +147,64 @@ patch_page(const patches *ps, uint64_t off, size_t n, uint8_t *buf)
     }
 }
 
-/* Page i of the image of the commit h of st, in buf (PAGE bytes), with the
-** committed lists of ps laid over it. */
+/* The commit's regions (invariant 9), sorted by offset. */
+typedef struct region {
+    uint64_t off, len;
+} region;
+
 static int
-image_page(keel_store *st, keel_header *h, const patches *ps, uint64_t i,
-           uint8_t *buf)
+region_cmp(const void *a, const void *b)
+{
+    const region *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Fills r (room for KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1) with the
+** regions commit h names; returns how many. */
+static size_t
+regions_of(const keel_store *st, const keel_header *h, region *r)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < h->segments; k++) {
+        keel_seg_layout L;
+        keel__seg_layout(&st->g, k, &L);
+        r[n++] = (region){h->seg_off[k], L.bytes};
+    }
+    for (uint32_t c = 0; c < h->heap_chunks; c++)
+        r[n++] = (region){h->heap_off[c],
+                          KEEL_ALIGN_UP(keel__heap_chunk_bytes(&st->g, c),
+                                        KEEL_REGION_ALIGN)};
+    if (h->idtab_offset)
+        r[n++] = (region){h->idtab_offset,
+                          KEEL_ALIGN_UP(4ull << h->idtab_log2,
+                                        KEEL_REGION_ALIGN)};
+    qsort(r, n, sizeof *r, region_cmp);
+    return n;
+}
+
+/* Zeroes the bytes of [off, off + n) in buf that no region of r covers. */
+static void
+keep_regions(const region *r, size_t nr, uint64_t off, size_t n, uint8_t *buf)
+{
+    uint64_t at = off, end = off + n;
+    for (size_t k = 0; k < nr && at < end; k++) {
+        if (r[k].off + r[k].len <= at)
+            continue;
+        if (r[k].off > at)
+            memset(buf + (at - off), 0,
+                   (size_t)(KEEL_MIN(r[k].off, end) - at));
+        at = KEEL_MAX(at, r[k].off + r[k].len);
+    }
+    if (at < end)
+        memset(buf + (at - off), 0, (size_t)(end - at));
+}
+
+/* Page i of the image of the commit h of st, in buf (PAGE bytes): only the
+** regions r (nr of them) of the file's bytes, with the committed lists of
+** ps laid over them. */
+static int
+image_page(keel_store *st, keel_header *h, const region *r, size_t nr,
+           const patches *ps, uint64_t i, uint8_t *buf)
 {
     memset(buf, 0, PAGE);
     uint64_t off = i * PAGE;
@@ -168,6 +227,7 @@ image_page(keel_store *st, keel_header *h, const patches *ps, uint64_t i,
                               " of %s to publish: %s\nhelp: check the file "
                               "and its disk", n, off, st->path,
                               got < 0 ? strerror((int)-got) : "short read");
+        keep_regions(r, nr, off, n, buf);
         patch_page(ps, off, n, buf);
     }
     return KEEL_OK;
@@ -437,9 +497,15 @@ publish_commit(pub *p, keel_store *st, keel_header *h)
     patches ps;
     uint8_t *log = NULL;
     rc = patches_of(st, h, &ps, &log);
+    region *regs = keel__malloc((KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1) *
+                                sizeof *regs);
+    size_t nregs = regs ? regions_of(st, h, regs) : 0;
+    if (!rc && !regs)
+        rc = KEEL_ENOMEM;
     for (uint64_t i = 0; i < p->next.npages && !rc; i++)
-        if (!(rc = image_page(st, h, &ps, i, buf)))
+        if (!(rc = image_page(st, h, regs, nregs, &ps, i, buf)))
             rc = place_page(p, i, buf);
+    keel__free(regs);
     keel__free(ps.p);
     keel__free(log);
     keel__free(buf);
