@@ -57,7 +57,8 @@ fd_is_undo(int fd)
     if (n <= 0)
         return 0;
     target[n] = 0;
-    return ends_with(target, ".undo");
+    /* a file's log, or an in-memory index's (memfd "keel-undo") */
+    return ends_with(target, ".undo") || strstr(target, "keel-undo") != NULL;
 }
 
 static int
@@ -676,6 +677,32 @@ TEST(a_backup_whose_undo_log_cannot_be_read_fails)
     CHECK_MSG_HAS("reading the undo log");
     CHECK(access(test_path("unread-copy.keel"), F_OK) != 0);
     CHECK_OK(keel_backup(w, test_path("unread-copy.keel")));
+    CHECK_OK(keel_close(w));
+    free(v);
+}
+
+/* An index in memory keeps its undo log in memory: a failed write to it
+** fails the add with a message naming it, and the index goes on. */
+TEST(a_failed_undo_write_of_an_index_in_memory_fails_the_add)
+{
+    keel_options o = {.max_connections = 4};
+    keel_index *w = NULL;
+    CHECK_OK(keel_open(":memory:", DIM, &o, &w));
+    float *v = td_random(1000, DIM, 71);
+    CHECK_OK(keel_add_batch(w, v, 500, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    faults_on();
+    F.undo_write_at = 2; /* the log's header goes, its first entry fails */
+    int rc = keel_add_batch(w, v + 500 * DIM, 500, NULL, NULL);
+    faults_off();
+    CHECK_ERR(rc, KEEL_EIO);
+    CHECK_MSG_HAS("the undo log (in memory) failed");
+    CHECK_MSG_HAS("help: ");
+    CHECK_U64(keel_count(w), 500);
+    CHECK_OK(keel_add_batch(w, v + 500 * DIM, 500, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_U64(keel_count(w), 1000);
+    CHECK_OK(keel_check(w));
     CHECK_OK(keel_close(w));
     free(v);
 }

@@ -90,8 +90,17 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* How messages name the log: its path, or "(in memory)" for an index in
+** memory, whose log has none (rule 9). */
+#define LOG_IN_MEMORY "(in memory)"
+static const char *
+log_name(const keel_store *st)
+{
+    return st->memory ? LOG_IN_MEMORY : st->undo_path;
+}
+
 /* The message of a failed call on the log: KEEL_EFULL for a full disk,
-** KEEL_EIO otherwise; err is -errno. */
+** KEEL_EIO otherwise; err is -errno. full: the log's name (log_name). */
 static int
 undo_fail(int err, const char *what, const char *full)
 {
@@ -115,6 +124,14 @@ undo_fail(int err, const char *what, const char *full)
                           "help: move the index to a shorter path (its undo "
                           "log is its path plus \".undo\"); the index keeps its "
                           "last flush and the adds since", what, path);
+    if (strcmp(full, LOG_IN_MEMORY) == 0)
+        return keel__fail(KEEL_EIO,
+                          "%s the undo log %s failed: %s\nhelp: adds to an "
+                          "index in memory keep an undo log in memory: free "
+                          "memory or raise the process's limits (open files, "
+                          "file size), then retry the add; the index keeps its "
+                          "last flush and the adds since", what, path,
+                          strerror(-err));
     return keel__fail(KEEL_EIO,
                       "%s the undo log %s failed: %s\nhelp: adds to an index "
                       "with flushed vectors keep an undo log beside it: make "
@@ -211,14 +228,13 @@ undo_begin_memory(keel_store *st)
 {
     int fd = keel__os->memfd("keel-undo");
     if (fd < 0)
-        return undo_fail(fd, "creating", "(in memory)");
+        return undo_fail(fd, "creating", LOG_IN_MEMORY);
     uint8_t hdr[UNDO_HDR];
     undo_header(st, hdr);
     ssize_t n = keel__os->pwrite(fd, hdr, UNDO_HDR, 0);
     if (n != UNDO_HDR) {
         keel__os->close(fd);
-        return undo_fail(n < 0 ? (int)n : -EIO, "writing",
-                         "(in memory)");
+        return undo_fail(n < 0 ? (int)n : -EIO, "writing", LOG_IN_MEMORY);
     }
     st->undo_fd = fd;
     st->undo_end = UNDO_HDR;
@@ -327,7 +343,7 @@ keel__undo_save(keel_store *st, uint64_t slot, int *wrote)
     ssize_t n = keel__os->pwrite(st->undo_fd, e, bytes, st->undo_end);
     if (n != (ssize_t)bytes) {
         /* Rule (6). A torn entry is written over by the next one. */
-        rc = undo_fail(n < 0 ? (int)n : -EIO, "writing", st->undo_path);
+        rc = undo_fail(n < 0 ? (int)n : -EIO, "writing", log_name(st));
         goto out;
     }
     st->undo_end += bytes;
@@ -493,8 +509,7 @@ keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size)
             /* Under undo_lock nothing replaces the log: a failed read. */
             keel__free(p);
             rc = undo_fail(n < 0 ? (int)n : -EIO, "reading",
-                           st->memory ? "(in memory)"
-                                      : st->undo_path);
+                           log_name(st));
         } else {
             *buf = p;
             *size = st->undo_end;
@@ -649,7 +664,7 @@ keel__undo_restore(keel_store *st, uint64_t mark)
             rc = keel__fail(KEEL_EIO, "reading back the undo log %s to undo "
                             "a failed add failed: %s\nhelp: close the index "
                             "and open it again: it reopens at its last flush",
-                            st->undo_path, n < 0 ? strerror((int)-n)
+                            log_name(st), n < 0 ? strerror((int)-n)
                                                  : "it is shorter than written");
             goto fail;
         }
