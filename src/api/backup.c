@@ -169,12 +169,7 @@ restore_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
 static int
 restore_lists(backup *b, const uint8_t *log, uint64_t size)
 {
-    uint64_t hdr, ident, tag;
-    if (keel__undo_log_header(log, size, &hdr, &ident, &tag) != KEEL_OK ||
-        ident != keel__undo_identity(b->h))
-        return KEEL_OK;
-    return keel__undo_log_walk(&b->g, log, size, hdr, ident, b->h->count,
-                               restore_entry, b);
+    return keel__undo_commit_entries(&b->g, b->h, log, size, restore_entry, b);
 }
 
 /* Reads a whole file into *out (keel__malloc); *size 0 and KEEL_OK when

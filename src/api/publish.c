@@ -110,17 +110,13 @@ patch_cmp(const void *a, const void *b)
 static int
 patches_of(keel_store *st, const keel_header *h, patches *ps, uint8_t **log)
 {
-    uint64_t size, hdr, ident, tag;
+    uint64_t size;
     memset(ps, 0, sizeof *ps);
     ps->st = st;
     ps->h = h;
     int rc = keel__undo_log_copy(st, log, &size);
-    if (rc || !*log ||
-        keel__undo_log_header(*log, size, &hdr, &ident, &tag) != KEEL_OK ||
-        ident != keel__undo_identity(h))
-        return rc; /* none for this commit */
-    rc = keel__undo_log_walk(&st->g, *log, size, hdr, ident, h->count,
-                             patch_entry, ps);
+    if (!rc && *log)
+        rc = keel__undo_commit_entries(&st->g, h, *log, size, patch_entry, ps);
     if (!rc && ps->n)
         qsort(ps->p, ps->n, sizeof *ps->p, patch_cmp);
     return rc;

@@ -263,9 +263,9 @@ warm_main(void *arg)
      * rate; read-ahead marks are not set, so the faults of POPULATE_READ
      * that follow find the pages cached and read nothing past the written
      * range (a fault's read-ahead would, up to read_ahead_kb beyond it).
-     * Vectors and code rows with huge-page advice skip it: its reads fill the page cache
-     * with small pages, while the faults' own reads bring whole 2 MiB
-     * pieces the system can map with one huge page each. */
+     * Vectors and code rows with huge-page advice skip it: its reads fill
+     * the page cache with small pages, while the faults' own reads bring
+     * whole 2 MiB pieces the system can map with one huge page each. */
     if (advise_all(w, KEEL_ADV_WILLNEED) &&
         advise_all(w, KEEL_ADV_POPULATE_READ))
         keel__br_warmed(w->st, &w->view); /* rule (4) */
@@ -395,8 +395,9 @@ advise_rows(uint8_t *rows, size_t row_bytes, uint64_t a, uint64_t b)
 ** that hold only slots in [from, to): both are written once per slot, so a
 ** huge page never has to be written back whole for a small change. Graph
 ** records and slot headers never get the advice. (Measured,
-** doc/search_tuning.md: code rows on 2 MiB pages, GloVe-100 340k cosine,
-** +4-7% QPS at ef 64-256; level-0 records on them as well, nothing more.) */
+** doc/search_tuning.md: code rows on 2 MiB pages, GloVe-100 340k cosine at
+** ef 64-256, +2-7% QPS in one set of alternated runs and +0.3% in another;
+** level-0 records on them as well, nothing more.) */
 static void
 advise_slots(keel_store *st, uint64_t from, uint64_t to)
 {

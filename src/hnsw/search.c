@@ -484,8 +484,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         if (cold) {
             /* With batch reads off pages fault, and the walk polls. */
             int brc = c->br ? br_vectors(st, v, c, ng, hdrs, st->remote != NULL,
-                                         st->remote && !level ? c->ahead
-                                                              : 0)
+                                         level ? 0 : c->ahead)
                             : br_stopped(c) ? -2 : 0;
             if (brc)
                 return brc;

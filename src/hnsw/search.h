@@ -38,11 +38,13 @@ typedef struct keel_search_ctx {
      * reads, NULL while the module is off or the file known resident. */
     keel_br_record *br;
     keel_br_cache brc;
-    keel_br_range *bwant;     /* BR_WANT_LISTS (M0 + 1) ranges: a vector, record and
+    keel_br_range *bwant;     /* BR_WANT_LISTS (M0 + 1) ranges: a vector,
+                               * record and
                                * slot header per neighbour */
     keel_br_scratch bscratch;
     uint32_t ahead;           /* a remote level-0 walk's look-ahead
-                               * (keel__br_remote_ahead), set per search */
+                               * (keel__br_remote_ahead; 0 for a local
+                               * file), set for each search, 0 after */
     /* The call this search works for, set by the api layer for one call
      * (NULL: nothing can cancel it): polled where the search brings pages
      * in, which is where a search of a published index waits. */

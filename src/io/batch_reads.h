@@ -131,11 +131,12 @@ void keel__br_set_max_runs(uint32_t n);
 /* A walk on a published index: when an expansion fetches its neighbours,
 ** the neighbours of the next keel__br_ahead() queued candidates come in the
 ** same round trip (their lists came with their vectors), so the walk finds
-** them in memory when it gets there. It fetches nothing a walk would not
-** read soon, and the walk's results do not depend on it. Measured
+** them in memory when it gets there. It adds ranges only to fetches the
+** walk makes anyway (some of them it never reads), and the walk's results
+** do not depend on it. Measured
 ** (doc/object_storage_bench.md, GloVe-340k at 20 ms per request): 8 took
 ** the first query from 31 fetches one after another to 27, and the 100th
-** result of a process from 15.6 s to 10.2 s, at the same GETs. */
+** result of a process from 15.6 s to 10.1 s, at the same GETs. */
 #define KEEL_BR_AHEAD 8u
 #define KEEL_BR_AHEAD_MAX 16u
 /* KEEL_BR_AHEAD, or KEEL_BATCH_READS_AHEAD from the environment, read once

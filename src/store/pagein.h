@@ -79,7 +79,7 @@ keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
                                 const keel_view *v, uint32_t ef);
 /* How many queued candidates a level-0 walk of st (a published index;
 ** 0 for a local file) looks ahead to (io/batch_reads.h keel__br_ahead),
-** with M0 + 1 ranges of vector and record each per candidate: no more than
+** with M0 + 1 ranges of vector and record each per candidate: as many as
 ** keep one fetch's granules within a quarter of st's memory bound, so
 ** installing them never evicts what the walk fetched a step before or the
 ** records it reads to look ahead (with the 8 MiB floor, none; with the

@@ -366,20 +366,18 @@ int keel__undo_recover(keel_store *st);
 uint64_t keel__undo_mark(keel_store *st);
 int keel__undo_restore(keel_store *st, uint64_t mark);
 uint64_t keel__undo_identity(const keel_header *h);
-/* Reading a log's bytes (recovery here, backups of a commit elsewhere).
-** log_header: KEEL_OK if buf (size bytes) starts a log of a version this
-** keel reads; *hdr_len, *ident (the commit hash it undoes to) and *tag.
-** log_walk: calls fn for the first intact entry of each slot below count,
-** in log order, stopping at the first torn entry or when fn returns
-** nonzero (which it returns). Entries hold words u32: the level-0 list,
-** then each upper list. */
-int keel__undo_log_header(const uint8_t *buf, uint64_t size,
-                          uint64_t *hdr_len, uint64_t *ident, uint64_t *tag);
+/* Reading a log's bytes (recovery in undo.c, backups and publishes of a
+** commit elsewhere). An entry holds words u32: the level-0 list, then each
+** upper list. commit_entries calls fn for the first intact entry of each
+** committed slot in the log buf (size bytes), in log order, when it is the
+** log of commit h (of geometry g), stopping at the first torn entry or
+** when fn returns nonzero (which it returns); a log of another commit, or
+** not a log, holds nothing for h (KEEL_OK). KEEL_ENOMEM too. */
 typedef int (*keel_undo_entry_fn)(uint32_t slot, const uint8_t *words,
                                   uint32_t n_words, void *arg);
-int keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf,
-                        uint64_t size, uint64_t hdr_len, uint64_t ident,
-                        uint64_t count, keel_undo_entry_fn fn, void *arg);
+int keel__undo_commit_entries(const keel_geometry *g, const keel_header *h,
+                              const uint8_t *buf, uint64_t size,
+                              keel_undo_entry_fn fn, void *arg);
 /* Where the file holds the lists of an entry of slot (n_words words) under
 ** commit h: the level-0 list at off[0] (len[0] bytes) and, for a node with
 ** upper levels, those lists at off[1] (len[1]; 0 when none). Reads the
@@ -390,7 +388,8 @@ int keel__undo_entry_places(const keel_store *st, const keel_header *h,
                             uint64_t len[2]);
 /* Writer: a copy of its undo log (*buf, *size; NULL and 0 when no list
 ** changed since the last commit), read under undo_lock so that every entry a
-** save wrote is in it. KEEL_OK or KEEL_ENOMEM. */
+** save wrote is in it. KEEL_OK, KEEL_ENOMEM, or KEEL_EIO naming the log
+** when it cannot be read. */
 int keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size);
 
 /* Writer: commit everything since the last commit. */

@@ -416,9 +416,11 @@ undo_entry(const keel_geometry *g, const uint8_t *e, uint64_t size,
     return bytes;
 }
 
-int
-keel__undo_log_header(const uint8_t *buf, uint64_t size, uint64_t *hdr_len,
-                      uint64_t *ident, uint64_t *tag)
+/* KEEL_OK if buf (size bytes) starts a log of a version this keel reads;
+** *hdr_len, *ident (the commit hash it undoes to) and *tag. */
+static int
+undo_log_header(const uint8_t *buf, uint64_t size, uint64_t *hdr_len,
+                uint64_t *ident, uint64_t *tag)
 {
     if (size < UNDO_HDR_1 || memcmp(buf, UNDO_MAGIC, 8) != 0)
         return KEEL_ENOTINDEX;
@@ -432,10 +434,13 @@ keel__undo_log_header(const uint8_t *buf, uint64_t size, uint64_t *hdr_len,
     return KEEL_OK;
 }
 
-int
-keel__undo_log_walk(const keel_geometry *g, const uint8_t *buf, uint64_t size,
-                    uint64_t hdr_len, uint64_t ident, uint64_t count,
-                    keel_undo_entry_fn fn, void *arg)
+/* Calls fn for the first intact entry of each slot below count, in log
+** order, stopping at the first torn entry or when fn returns nonzero
+** (which it returns). */
+static int
+undo_log_walk(const keel_geometry *g, const uint8_t *buf, uint64_t size,
+              uint64_t hdr_len, uint64_t ident, uint64_t count,
+              keel_undo_entry_fn fn, void *arg)
 {
     /* One bit per slot below count: a slot's first entry is its committed
      * state; later ones (none today) would not be. */
@@ -519,6 +524,18 @@ keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size)
     return rc;
 }
 
+int
+keel__undo_commit_entries(const keel_geometry *g, const keel_header *h,
+                          const uint8_t *buf, uint64_t size,
+                          keel_undo_entry_fn fn, void *arg)
+{
+    uint64_t hdr, ident, tag;
+    if (undo_log_header(buf, size, &hdr, &ident, &tag) != KEEL_OK ||
+        ident != keel__undo_identity(h))
+        return KEEL_OK;
+    return undo_log_walk(g, buf, size, hdr, ident, h->count, fn, arg);
+}
+
 typedef struct undo_applying {
     keel_store *st;
     uint64_t applied;
@@ -540,7 +557,7 @@ undo_apply(keel_store *st, const uint8_t *buf, uint64_t off, uint64_t size,
            uint64_t ident, uint64_t *applied)
 {
     undo_applying a = {st, 0};
-    int rc = keel__undo_log_walk(&st->g, buf, size, off, ident,
+    int rc = undo_log_walk(&st->g, buf, size, off, ident,
                                  st->work.count, apply_one, &a);
     *applied = a.applied;
     return rc;
@@ -573,7 +590,7 @@ undo_try(keel_store *st, const char *p, uint64_t tag,
         memcmp(buf, UNDO_MAGIC, 8) != 0)
         goto done;
     uint64_t hdr, ident, log_tag;
-    if (keel__undo_log_header(buf, fi.size, &hdr, &ident, &log_tag) ||
+    if (undo_log_header(buf, fi.size, &hdr, &ident, &log_tag) ||
         log_tag != tag)
         goto done; /* rule (5): another index's log, or another cycle's */
     uint32_t version = keel__get32(buf + 8);
