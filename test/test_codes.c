@@ -389,13 +389,16 @@ TEST(a_row_holds_scale_norm_sum_and_codes)
 
 /* Codes are y / s rounded half away from zero and clamped to -127..127,
 ** as libm's roundf gives: checked against it on halves, values next to
-** them, the clamp, tiny and huge magnitudes. Codes of existing files
-** depend on it (keel_check recomputes every row). */
+** them, the clamp, tiny and huge magnitudes, in rows and in queries (whose
+** codes are the same plus 128), at a dimension that leaves a tail past
+** the four-wide steps (D = 67). Codes of existing files depend on it
+** (keel_check recomputes every row). */
 TEST(codes_round_half_away_from_zero_like_roundf)
 {
-    enum { D = 64 };
+    enum { D = 67 };
     float x[D], tmp[D];
-    uint8_t row[16 + D];
+    uint8_t row[16 + D], qu[D];
+    keel_code_query cq = {.qu = qu, .tmp = tmp};
     uint64_t z = 12345;
     long checked = 0;
     for (int trial = 0; trial < 20000; trial++) {
@@ -422,6 +425,12 @@ TEST(codes_round_half_away_from_zero_like_roundf)
             CHECK_MSG(c[i] == want, "x %a / s %a: code %d, roundf gives %d",
                       (double)x[i], (double)s, c[i], want);
         }
+        keel__code_query(x, NULL, D, 1, &cq);
+        CHECK(cq.scale == s);
+        for (int i = 0; i < D; i++, checked++)
+            CHECK_MSG(qu[i] == (uint8_t)(c[i] + 128),
+                      "query x %a: code %d, the row's %d", (double)x[i],
+                      qu[i] - 128, c[i]);
     }
     printf("     %ld codes equal roundf's\n", checked);
 }

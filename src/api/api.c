@@ -131,12 +131,26 @@ static int
 check_vector(const keel_index *idx, const float *v, const char *what,
              long long item, int stored)
 {
+    /* Eight lanes, so the compiler runs the pass as vector operations. */
+    float mx[8] = {0};
+    int fin[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    uint32_t i = 0;
+    for (; i + 8 <= idx->dim; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float a = fabsf(v[i + j]);
+            fin[j] &= a <= FLT_MAX; /* false for NaN and inf */
+            mx[j] = a > mx[j] ? a : mx[j];
+        }
+    for (; i < idx->dim; i++) {
+        float a = fabsf(v[i]);
+        fin[0] &= a <= FLT_MAX;
+        mx[0] = a > mx[0] ? a : mx[0];
+    }
     float most = 0.0f;
     int finite = 1;
-    for (uint32_t i = 0; i < idx->dim; i++) {
-        float a = fabsf(v[i]);
-        finite &= a <= FLT_MAX; /* false for NaN and inf */
-        most = a > most ? a : most;
+    for (int j = 0; j < 8; j++) {
+        finite &= fin[j];
+        most = mx[j] > most ? mx[j] : most;
     }
     int f16 = stored && idx->precision == KEEL_F16 &&
               idx->metric != KEEL_COSINE;

@@ -73,6 +73,14 @@ fp_restore(const fp_state *s)
 #endif
 }
 
+/* The loops below keep LANES (or four) independent partial results, each
+** lane a fixed set of elements, so the compiler runs them as vector
+** operations (GCC at -O2 leaves a plain loop over dim scalar). Every
+** element goes through the same operations as in a plain loop, so codes
+** and maxima are the same bits; a query's sums of squares are taken lane
+** by lane and then pairwise: a fixed order, the same on every machine. */
+enum { LANES = 8 };
+
 /* y = v - c as f32 (v widened from f16 when precision says so). */
 static void
 centred(const void *v, int precision, const float *c, uint32_t dim,
@@ -82,43 +90,108 @@ centred(const void *v, int precision, const float *c, uint32_t dim,
         keel__f16_to_f32_n(v, y, dim);
     else
         memcpy(y, v, dim * sizeof(float));
-    if (c)
-        for (uint32_t i = 0; i < dim; i++)
-            y[i] -= c[i];
+    if (!c)
+        return;
+    uint32_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            y[i + j] -= c[i + j];
+    for (; i < dim; i++)
+        y[i] -= c[i];
 }
 
-/* s = max|y_i| / 127 (0 for the zero vector). */
+/* s = max|y_i| / 127 (0 for the zero vector; NaN components count as 0). */
 static float
 code_scale(const float *y, uint32_t dim)
 {
-    float mx = 0.0f;
-    for (uint32_t i = 0; i < dim; i++) {
+    float mx[LANES] = {0};
+    uint32_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            float a = fabsf(y[i + j]);
+            mx[j] = a > mx[j] ? a : mx[j];
+        }
+    for (; i < dim; i++) {
         float a = fabsf(y[i]);
-        if (a > mx)
-            mx = a;
+        mx[0] = a > mx[0] ? a : mx[0];
     }
-    return mx / 127.0f;
+    float m = 0.0f;
+    for (int j = 0; j < LANES; j++)
+        m = mx[j] > m ? mx[j] : m;
+    return m / 127.0f;
 }
 
-/* y / s rounded half away from zero (roundf), clamped to -127..127. The
+/* r = y / s rounded half away from zero (roundf), clamped to -127..127, 0
+** for NaN (a damaged centre: no code is right, none is undefined). The
 ** rounding is done here rather than by libm's roundf, a call per element
-** that took a third of a 784-d query's coding: past the clamp |r| < 128,
+** that took a third of a 784-d query's coding: past the clamp |r| <= 127,
 ** so its integer part converts exactly and r - i is exact. */
-static int
-code_of(float y, float s)
+static inline int
+code_of(float r)
 {
-    if (s == 0.0f)
-        return 0;
-    float r = y / s;
-    if (r != r) /* a damaged centre: no code is right, none is undefined */
-        return 0;
-    if (r >= 127.0f)
-        return 127;
-    if (r <= -127.0f)
-        return -127;
+    r = r != r ? 0.0f : r;
+    r = r > 127.0f ? 127.0f : r;
+    r = r < -127.0f ? -127.0f : r;
     int i = (int)r; /* toward zero */
     float f = r - (float)i;
     return i + (f >= 0.5f) - (f <= -0.5f);
+}
+
+/* code_of on four floats at once, in the compiler's vector types (SSE2 on
+** x86-64, NEON on arm64): the same operations per element, so the same
+** codes. A comparison gives -1 where it holds. */
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+typedef uint8_t u8x4 __attribute__((vector_size(4)));
+
+static inline i32x4
+code_of4(f32x4 r)
+{
+    const f32x4 top = {127.0f, 127.0f, 127.0f, 127.0f};
+    const f32x4 half = {0.5f, 0.5f, 0.5f, 0.5f};
+    i32x4 bits = (i32x4)r & ~(r != r);
+    i32x4 hi = (f32x4)bits > top, lo = (f32x4)bits < -top;
+    bits = (bits & ~(hi | lo)) | ((i32x4)top & hi) | ((i32x4)-top & lo);
+    r = (f32x4)bits;
+    i32x4 i = __builtin_convertvector(r, i32x4); /* toward zero */
+    f32x4 f = r - __builtin_convertvector(i, f32x4);
+    return i - (f >= half) + (f <= -half);
+}
+
+/* out[i] = code_of(y[i] / s) + bias, every code 0 when s is 0. */
+static void
+codes_of(const float *y, float s, uint32_t dim, int bias, uint8_t *out)
+{
+    if (s == 0.0f) {
+        memset(out, bias, dim);
+        return;
+    }
+    const f32x4 s4 = {s, s, s, s};
+    const i32x4 b4 = {bias, bias, bias, bias};
+    uint32_t i = 0;
+    for (; i + 4 <= dim; i += 4) {
+        f32x4 y4;
+        memcpy(&y4, y + i, sizeof y4);
+        u8x4 c = __builtin_convertvector(code_of4(y4 / s4) + b4, u8x4);
+        memcpy(out + i, &c, 4);
+    }
+    for (; i < dim; i++)
+        out[i] = (uint8_t)(code_of(y[i] / s) + bias);
+}
+
+/* The sum of a[i] * b[i] in double, lane by lane, then pairwise. */
+static double
+dot_double(const float *a, const float *b, uint32_t dim)
+{
+    double acc[LANES] = {0};
+    uint32_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            acc[j] += (double)a[i + j] * b[i + j];
+    for (; i < dim; i++)
+        acc[i % LANES] += (double)a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+           ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 void
@@ -130,16 +203,16 @@ keel__code_encode(const void *v, int precision, const float *c, uint32_t dim,
     centred(v, precision, c, dim, tmp);
     memset(row, 0, row_bytes);
     float s = code_scale(tmp, dim);
-    double sq = 0;
-    int32_t sum = 0;
     int8_t *code = (int8_t *)(row + CODE_BYTES_AT);
+    codes_of(tmp, s, dim, 0, (uint8_t *)code);
+    /* Integer sums: exact in any order. */
+    int64_t sq = 0;
+    int32_t sum = 0;
     for (uint32_t i = 0; i < dim; i++) {
-        int k = code_of(tmp[i], s);
-        code[i] = (int8_t)k;
-        sq += (double)k * k;
-        sum += k;
+        sq += code[i] * code[i];
+        sum += code[i];
     }
-    float n = (float)((double)s * s * sq);
+    float n = (float)((double)s * s * (double)sq);
     memcpy(row + CODE_SCALE, &s, 4);
     memcpy(row + CODE_NORM, &n, 4);
     memcpy(row + CODE_SUM, &sum, 4);
@@ -180,15 +253,11 @@ keel__code_query(const float *q, const float *c, uint32_t dim, int l2,
         centred(q, KEEL_F32, c, dim, cq->tmp);
         x = cq->tmp;
     } else if (c) {
-        for (uint32_t i = 0; i < dim; i++)
-            qc += (double)q[i] * c[i];
+        qc = dot_double(q, c, dim);
     }
     float s = code_scale(x, dim);
-    double n = 0;
-    for (uint32_t i = 0; i < dim; i++) {
-        cq->qu[i] = (uint8_t)(code_of(x[i], s) + 128);
-        n += (double)x[i] * x[i];
-    }
+    codes_of(x, s, dim, 128, cq->qu);
+    double n = dot_double(x, x, dim);
     cq->scale = s;
     cq->norm = (float)n;
     cq->qc = (float)qc;
