@@ -431,6 +431,10 @@ cancel_now(void *arg)
     return 1;
 }
 
+/* Which of the failing batch's vectors a single add adds: each attempt of
+** a test another one, so that attempts reach other parts of the graph. */
+static long single_row;
+
 /* The failing call of each kind; returns its rc. */
 enum { FAIL_UNDO_WRITE, FAIL_ALLOC, FAIL_CANCEL, FAIL_SINGLE_UNDO, FAIL_KINDS };
 static const char *const fail_name[] = {"an undo write", "an allocation",
@@ -459,7 +463,8 @@ failing_call(keel_index *idx, int kind, long n)
     default:
         /* A single add failing at its n-th undo write. */
         F.undo_write_at = (int)n;
-        rc = keel_add(idx, v, NULL);
+        rc = keel_add(idx, v + (size_t)(single_row % FAILED_BATCH) * DIM,
+                      NULL);
         break;
     }
     faults_off();
@@ -482,6 +487,7 @@ failed_call_keeps_lists(uint32_t threads, int kind, long n, int *failed)
     if (kind == FAIL_SINGLE_UNDO) {
         /* Single adds until one fails: most save nothing new. */
         for (uint64_t i = 0; i < 500 && rc == KEEL_OK; i++) {
+            single_row = (long)i;
             count = keel_count(idx);
             free(before);
             before = lists_of(idx, count);

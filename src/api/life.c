@@ -39,6 +39,7 @@
 ** count, stat, check, refresh.
 */
 #include "api/api.h"
+#include "hnsw/order.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,47 @@ new_centre(keel_store *old, const keel_view *v, keel_store *nw,
     return rc;
 }
 
+typedef struct live_rows {
+    const keel_graph *gr;    /* the old file's */
+    const uint32_t *slot;    /* the live slots */
+} live_rows;
+
+static const float *
+live_row(void *arg, size_t i, float *buf)
+{
+    const live_rows *l = arg;
+    return keel__graph_vec_f32(l->gr, l->slot[i], buf);
+}
+
+/* The `live` live slots of old in view v (idx's graph reads them), in the
+** order the new file takes them (hnsw/order.h: near vectors in neighbouring
+** slots; the stored vectors of a cosine file have unit length, so
+** Euclidean order is angular order). NULL when none is live, or with *rc
+** set when memory is short. */
+static uint32_t *
+live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
+              uint64_t live, int *rc)
+{
+    uint32_t *slot = live ? keel__malloc(live * sizeof *slot) : NULL;
+    if (live && !slot) {
+        *rc = KEEL_ENOMEM;
+        return NULL;
+    }
+    uint64_t m = 0;
+    for (uint64_t s = 0; s < old->committed.count && m < live; s++)
+        if (keel__store_present(v, s))
+            slot[m++] = (uint32_t)s;
+    live_rows rows = {idx->gr, slot};
+    uint32_t *order = keel__order_batch(live, old->g.dim, 0, live_row, &rows);
+    if (order) {
+        for (uint64_t t = 0; t < live; t++)
+            order[t] = slot[order[t]];
+        keel__free(slot);
+        slot = order;
+    }
+    return slot;
+}
+
 /* Writes the live vectors of old into the new store and links them. */
 static int
 copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
@@ -135,10 +177,9 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
         rc = new_centre(old, &v, nw, &scratch);
     const float *centre = keel__store_centre(nw);
     uint8_t *row = scratch ? (uint8_t *)(scratch + old->g.dim) : NULL;
-    uint64_t to = 0;
-    for (uint64_t s = 0; s < old->committed.count && !rc; s++) {
-        if (!keel__store_present(&v, s))
-            continue;
+    uint32_t *slots = rc ? NULL : live_in_order(idx, old, &v, live, &rc);
+    for (uint64_t to = 0; to < live && !rc; to++) {
+        uint32_t s = slots[to];
         uint64_t ref = 0, id = keel__store_id(old, s);
         uint32_t level = keel__graph_level(ngr, to);
         if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
@@ -150,8 +191,8 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
                                level, ref);
         if ((rc = keel__store_id_insert(nw, id, to)))
             break;
-        to++;
     }
+    keel__free(slots);
     keel__free(scratch);
     if (rc)
         return rc;
