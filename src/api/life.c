@@ -130,17 +130,20 @@ live_row(void *arg, size_t i, float *buf)
 /* The `live` live slots of old in view v (idx's graph reads them), in the
 ** order the new file takes them (hnsw/order.h: near vectors in neighbouring
 ** slots; the stored vectors of a cosine file have unit length, so
-** Euclidean order is angular order). NULL when none is live, or with *rc
-** set when memory is short. */
-static uint32_t *
+** Euclidean order is angular order): new slot t holds old slot
+** (*slots)[t]. *link (NULL for slot order) gets the order they are linked
+** in, the old file's: its i-th live slot is linked i-th, in new slot
+** (*link)[i] (add_vectors says why). KEEL_ENOMEM when memory is short. */
+static int
 live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
-              uint64_t live, int *rc)
+              uint64_t live, uint32_t **slots, uint32_t **link)
 {
-    uint32_t *slot = live ? keel__malloc(live * sizeof *slot) : NULL;
-    if (live && !slot) {
-        *rc = KEEL_ENOMEM;
-        return NULL;
-    }
+    *slots = *link = NULL;
+    if (!live)
+        return KEEL_OK;
+    uint32_t *slot = keel__malloc(live * sizeof *slot);
+    if (!slot)
+        return KEEL_ENOMEM;
     uint64_t m = 0;
     for (uint64_t s = 0; s < old->committed.count && m < live; s++)
         if (keel__store_present(v, s))
@@ -148,12 +151,24 @@ live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
     live_rows rows = {idx->gr, slot};
     uint32_t *order = keel__order_batch(live, old->g.dim, 0, live_row, &rows);
     if (order) {
+        /* order[t] is an index into slot[]: it becomes the link order's
+         * inverse, and slot[] the new slots' old ones. */
+        uint32_t *by_new = keel__malloc(live * sizeof *by_new);
+        if (!by_new) {
+            keel__free(order);
+            keel__free(slot);
+            return KEEL_ENOMEM;
+        }
         for (uint64_t t = 0; t < live; t++)
-            order[t] = slot[order[t]];
-        keel__free(slot);
-        slot = order;
+            by_new[t] = slot[order[t]];
+        for (uint64_t t = 0; t < live; t++)
+            slot[order[t]] = (uint32_t)t;
+        *link = slot;
+        keel__free(order);
+        slot = by_new;
     }
-    return slot;
+    *slots = slot;
+    return KEEL_OK;
 }
 
 /* Writes the live vectors of old into the new store and links them. */
@@ -177,7 +192,9 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
         rc = new_centre(old, &v, nw, &scratch);
     const float *centre = keel__store_centre(nw);
     uint8_t *row = scratch ? (uint8_t *)(scratch + old->g.dim) : NULL;
-    uint32_t *slots = rc ? NULL : live_in_order(idx, old, &v, live, &rc);
+    uint32_t *slots = NULL, *link = NULL;
+    if (!rc)
+        rc = live_in_order(idx, old, &v, live, &slots, &link);
     for (uint64_t to = 0; to < live && !rc; to++) {
         uint32_t s = slots[to];
         uint64_t ref = 0, id = keel__store_id(old, s);
@@ -194,8 +211,10 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     }
     keel__free(slots);
     keel__free(scratch);
-    if (rc)
+    if (rc) {
+        keel__free(link);
         return rc;
+    }
     nw->work.next_id = old->committed.next_id;
     nw->work.epoch = old->committed.epoch + 1;
     if (!live)
@@ -207,10 +226,10 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     b.cancel = idx->cancel;
     b.cancel_arg = idx->cancel_arg;
     keel_search_ctx *c = keel__search_ctx_new(ngr);
-    if (!c)
-        return KEEL_ENOMEM;
-    rc = keel__build_link(&b, c, 0, live, idx->threads);
+    rc = c ? keel__build_link(&b, c, link, 0, live, idx->threads)
+           : KEEL_ENOMEM;
     keel__search_ctx_free(c);
+    keel__free(link);
     return rc;
 }
 

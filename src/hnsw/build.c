@@ -116,6 +116,7 @@ typedef struct batch {
     keel_builder *b;
     keel_view view;
     uint8_t *linked;
+    const uint32_t *link_order; /* NULL: slot order */
     uint64_t first, n;
     uint64_t next;            /* next node to take (atomic) */
     uint64_t done;            /* nodes linked (atomic) */
@@ -146,12 +147,13 @@ batch_work(batch *bt, keel_search_ctx *c, int reporter)
         uint64_t i = __atomic_fetch_add(&bt->next, 1, __ATOMIC_RELAXED);
         if (i >= bt->n || __atomic_load_n(&bt->rc, __ATOMIC_RELAXED))
             break;
-        int rc = link_node(bt->b, &bt->view, c, bt->first + i);
+        uint64_t at = bt->link_order ? bt->link_order[i] : i;
+        int rc = link_node(bt->b, &bt->view, c, bt->first + at);
         if (rc) {
             batch_fail(bt, rc);
             break;
         }
-        KEEL_STORE_RELEASE(&bt->linked[i], (uint8_t)1);
+        KEEL_STORE_RELEASE(&bt->linked[at], (uint8_t)1);
         uint64_t d = __atomic_add_fetch(&bt->done, 1, __ATOMIC_RELAXED);
         if (!reporter || (!b->progress && !b->cancel))
             continue;
@@ -200,12 +202,13 @@ worker_main(void *arg)
 }
 
 int
-keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
-                 uint64_t n, uint32_t threads)
+keel__build_link(keel_builder *b, keel_search_ctx *ctx,
+                 const uint32_t *link_order, uint64_t first, uint64_t n,
+                 uint32_t threads)
 {
     keel_graph *gr = b->gr;
     keel_store *st = gr->st;
-    batch bt = {.b = b, .first = first, .n = n};
+    batch bt = {.b = b, .link_order = link_order, .first = first, .n = n};
     bt.view.st = st;
     bt.view.limit = bt.view.count = first + n;
     bt.linked = keel__calloc((size_t)n, 1);
