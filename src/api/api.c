@@ -732,9 +732,7 @@ batch_row(void *arg, size_t i, float *buf)
 ** on failure the index is as it was before the call. A batch of at least
 ** KEEL_ORDER_MIN_BATCH takes its slots in hnsw/order.h's order (row
 ** order[t] in slot first + t, with its own id), and is linked in the
-** caller's order all the same: linked in slot order, GloVe-100's graph
-** lost 0.005-0.009 recall at equal ef (L2), which cost more than the
-** faster build gave (doc/search_tuning.md). */
+** caller's order (unless that order walks through space: build.h). */
 static int
 add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
             uint64_t first_auto)
@@ -750,7 +748,8 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
     batch_rows rows = {vecs, idx->dim};
     uint32_t *order = keel__order_batch(n, idx->dim,
                                         idx->metric == KEEL_COSINE, batch_row,
-                                        &rows);
+                                        &rows, idx->builder.cancel,
+                                        idx->builder.cancel_arg);
 #define ROW(t) (order ? (size_t)order[t] : (t))
     keel__huge_pages_advise_batch(idx, first, n);
     if (st->g.code_bytes && first == 0 && (rc = place_centre(idx, vecs, n))) {

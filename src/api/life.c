@@ -127,13 +127,26 @@ live_row(void *arg, size_t i, float *buf)
     return keel__graph_vec_f32(l->gr, l->slot[i], buf);
 }
 
+typedef struct id_slot {
+    uint64_t id;
+    uint32_t slot;
+} id_slot;
+
+static int
+by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const id_slot *)a)->id, y = ((const id_slot *)b)->id;
+    return (x > y) - (x < y);
+}
+
 /* The `live` live slots of old in view v (idx's graph reads them), in the
 ** order the new file takes them (hnsw/order.h: near vectors in neighbouring
 ** slots; the stored vectors of a cosine file have unit length, so
 ** Euclidean order is angular order): new slot t holds old slot
-** (*slots)[t]. *link (NULL for slot order) gets the order they are linked
-** in, the old file's: its i-th live slot is linked i-th, in new slot
-** (*link)[i] (add_vectors says why). KEEL_ENOMEM when memory is short. */
+** (*slots)[t]. *link (NULL: slot order) gets the order they are linked in:
+** by id, which for ids keel gave is the order they were added in (the
+** slots no longer say it), and which keel__build_link shuffles when it
+** walks through space. KEEL_ENOMEM when memory is short. */
 static int
 live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
               uint64_t live, uint32_t **slots, uint32_t **link)
@@ -149,25 +162,30 @@ live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
         if (keel__store_present(v, s))
             slot[m++] = (uint32_t)s;
     live_rows rows = {idx->gr, slot};
-    uint32_t *order = keel__order_batch(live, old->g.dim, 0, live_row, &rows);
-    if (order) {
-        /* order[t] is an index into slot[]: it becomes the link order's
-         * inverse, and slot[] the new slots' old ones. */
-        uint32_t *by_new = keel__malloc(live * sizeof *by_new);
-        if (!by_new) {
-            keel__free(order);
-            keel__free(slot);
-            return KEEL_ENOMEM;
-        }
-        for (uint64_t t = 0; t < live; t++)
-            by_new[t] = slot[order[t]];
-        for (uint64_t t = 0; t < live; t++)
-            slot[order[t]] = (uint32_t)t;
-        *link = slot;
-        keel__free(order);
-        slot = by_new;
+    uint32_t *order = keel__order_batch(live, old->g.dim, 0, live_row, &rows,
+                                        idx->cancel, idx->cancel_arg);
+    if (!order) {
+        *slots = slot;
+        return KEEL_OK;
     }
-    *slots = slot;
+    /* New slot t: old slot slot[order[t]]; then the new slots by id. */
+    id_slot *ids = keel__malloc(live * sizeof *ids);
+    if (!ids) {
+        keel__free(order);
+        keel__free(slot);
+        return KEEL_ENOMEM;
+    }
+    for (uint64_t t = 0; t < live; t++) {
+        order[t] = slot[order[t]];
+        ids[t].id = keel__store_id(old, order[t]);
+        ids[t].slot = (uint32_t)t;
+    }
+    qsort(ids, live, sizeof *ids, by_id);
+    for (uint64_t i = 0; i < live; i++)
+        slot[i] = ids[i].slot;
+    keel__free(ids);
+    *slots = order;
+    *link = slot;
     return KEEL_OK;
 }
 

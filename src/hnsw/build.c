@@ -23,9 +23,11 @@
 ** caller gives the slots back. A batch into an empty index keeps nothing.
 */
 #include "hnsw/build.h"
+#include "hnsw/order.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 void
@@ -116,7 +118,7 @@ typedef struct batch {
     keel_builder *b;
     keel_view view;
     uint8_t *linked;
-    const uint32_t *link_order; /* NULL: slot order */
+    const uint32_t *link_order; /* link_order(): NULL for slot order */
     uint64_t first, n;
     uint64_t next;            /* next node to take (atomic) */
     uint64_t done;            /* nodes linked (atomic) */
@@ -201,19 +203,115 @@ worker_main(void *arg)
     return NULL;
 }
 
+static uint64_t
+splitmix64(uint64_t *z)
+{
+    uint64_t r = (*z += 0x9E3779B97F4A7C15ull);
+    r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
+    r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+    return r ^ (r >> 31);
+}
+
+static int
+float_cmp(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Squared Euclidean distance between the stored vectors of slots a and b
+** (whatever the metric: this measures where vectors lie). */
+static float
+slot_l2sq(const keel_graph *gr, uint64_t a, uint64_t b, float *buf)
+{
+    const float *x = keel__graph_vec_f32(gr, a, buf);
+    return keel__kernels()->l2sq[gr->precision](x, keel__store_vec(gr->st, b),
+                                                gr->dim);
+}
+
+/* Whether the order walks through space: the median distance between
+** nodes linked one after the other, over 256 evenly spread steps, under
+** half the median between 256 pairs drawn at random (fixed seed). */
+static int
+order_follows_space(const keel_graph *gr, const uint32_t *order,
+                    uint64_t first, uint64_t n, float *buf)
+{
+    enum { S = 256 };
+    float next[S], any[S];
+    uint64_t z = 0x5EED0F0DDE5ull ^ n;
+    for (uint32_t i = 0; i < S; i++) {
+        uint64_t t = (uint64_t)i * (n - 1) / S;
+        next[i] = slot_l2sq(gr, first + order[t], first + order[t + 1], buf);
+        any[i] = slot_l2sq(gr, first + splitmix64(&z) % n,
+                           first + splitmix64(&z) % n, buf);
+    }
+    qsort(next, S, sizeof *next, float_cmp);
+    qsort(any, S, sizeof *any, float_cmp);
+    /* Squared distances: half the distance is a quarter. */
+    return next[S / 2] < 0.25f * any[S / 2];
+}
+
+/* The order a batch of n nodes is linked in: natural[0], natural[1], ...
+** (slot offsets; NULL: slot order), unless that order walks through space
+** (input sorted by cluster or category, or a file's slots, which
+** hnsw/order.h lays out by nearness): then a shuffle from a fixed seed.
+** HNSW linked in an order that follows the vectors leaves whole regions
+** with no links in from the rest: 1,181 of 20,000 vectors in 100 tight
+** clusters could not be found even at ef 500. An order that does not
+** (GloVe-100's, by word frequency) is kept: a shuffle of it lost
+** 0.008-0.018 recall at equal ef. Returns what *owned is set to free (NULL
+** when natural is used as is); NULL with *owned NULL also means slot
+** order. */
+static const uint32_t *
+link_order(const keel_graph *gr, const uint32_t *natural, uint64_t first,
+           uint64_t n, uint32_t **owned)
+{
+    *owned = NULL;
+    if (n < KEEL_ORDER_MIN_BATCH || n > UINT32_MAX)
+        return natural;
+    uint32_t *p = keel__malloc((size_t)n * sizeof *p);
+    float *buf = keel__malloc(gr->dim * sizeof *buf);
+    if (!p || !buf) {
+        keel__free(p);
+        keel__free(buf);
+        return natural;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = natural ? natural[i] : (uint32_t)i;
+    int spatial = order_follows_space(gr, p, first, n, buf);
+    keel__free(buf);
+    if (!spatial) {
+        keel__free(p);
+        return natural;
+    }
+    uint64_t z = 0x6B6565C0DE5EED00ull ^ n;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = splitmix64(&z) % (i + 1);
+        uint32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    *owned = p;
+    return p;
+}
+
 int
 keel__build_link(keel_builder *b, keel_search_ctx *ctx,
-                 const uint32_t *link_order, uint64_t first, uint64_t n,
+                 const uint32_t *natural, uint64_t first, uint64_t n,
                  uint32_t threads)
 {
     keel_graph *gr = b->gr;
     keel_store *st = gr->st;
-    batch bt = {.b = b, .link_order = link_order, .first = first, .n = n};
+    uint32_t *shuffled;
+    const uint32_t *order = link_order(gr, natural, first, n, &shuffled);
+    batch bt = {.b = b, .link_order = order, .first = first, .n = n};
     bt.view.st = st;
     bt.view.limit = bt.view.count = first + n;
     bt.linked = keel__calloc((size_t)n, 1);
-    if (!bt.linked)
+    if (!bt.linked) {
+        keel__free(shuffled);
         return KEEL_ENOMEM;
+    }
     bt.view.linked = bt.linked;
     bt.view.linked_base = first;
 
@@ -229,6 +327,7 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx,
         if (!js || journal_bits_ready(st, first)) {
             keel__free(js);
             keel__free(bt.linked);
+            keel__free(shuffled);
             return KEEL_ENOMEM;
         }
         for (uint32_t t = 0; t < threads; t++)
@@ -244,6 +343,7 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx,
             ctx->link.journal = NULL;
             keel__free(js);
             keel__free(bt.linked);
+            keel__free(shuffled);
             return KEEL_ENOMEM;
         }
         for (uint32_t t = 0; t < threads - 1; t++) {
@@ -266,6 +366,7 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx,
     }
     keel__free(ws);
     keel__free(bt.linked);
+    keel__free(shuffled);
     ctx->link.journal = NULL;
     int undo_rc = KEEL_OK;
     if (js) {

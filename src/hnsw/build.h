@@ -27,13 +27,14 @@ typedef struct keel_builder {
 void keel__build_init(keel_builder *b, keel_graph *gr, uint32_t efc);
 
 /* Links slots [first, first + n), already written, using `threads` threads
-** (1 = this one): in the order first + link_order[0], first +
-** link_order[1], ... (a permutation of 0..n-1), or in slot order when
-** link_order is NULL. ctx is this thread's scratch. Then publishes the
-** slots and the entry point to searches. On failure nothing is
-** published. */
+** (1 = this one), in the order first + natural[0], first + natural[1], ...
+** (a permutation of 0..n-1; NULL: slot order), or, for a batch of at least
+** KEEL_ORDER_MIN_BATCH whose natural order walks through space, in a
+** shuffled one (build.c link_order). ctx is this thread's scratch. Then
+** publishes the slots and the entry point to searches. On failure nothing
+** is published. */
 int keel__build_link(keel_builder *b, keel_search_ctx *ctx,
-                     const uint32_t *link_order, uint64_t first,
-                     uint64_t n, uint32_t threads);
+                     const uint32_t *natural, uint64_t first, uint64_t n,
+                     uint32_t threads);
 
 #endif /* KEEL_BUILD_H */

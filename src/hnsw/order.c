@@ -35,15 +35,57 @@ item_before(order_item a, order_item b)
     return a.key < b.key || (a.key == b.key && a.row < b.row);
 }
 
+/* Sorts it[0..n) (heapsort: n log n whatever the input). */
+static void
+sift_down(order_item *it, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && item_before(it[c], it[c + 1]))
+            c++;
+        if (!item_before(it[i], it[c]))
+            return;
+        order_item t = it[i];
+        it[i] = it[c];
+        it[c] = t;
+        i = c;
+    }
+}
+
+static void
+heap_sort(order_item *it, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(it, i, n);
+    for (size_t end = n; end-- > 1;) {
+        order_item t = it[0];
+        it[0] = it[end];
+        it[end] = t;
+        sift_down(it, 0, end);
+    }
+}
+
 /* Moves the k smallest of it[0..n) to it[0..k): quickselect with Hoare
 ** partitions around the median of three (for three or more distinct
 ** items it is neither the least nor the greatest, so both sides of a
-** partition are non-empty), small ranges by insertion sort. */
+** partition are non-empty), small ranges by insertion sort. Inputs that
+** make the median of three a poor pivot every time (points on a line,
+** far end first, cut off two items a round: quadratic) get a heapsort of
+** what is left once the rounds pass twice the depth a good pivot needs. */
 static void
 select_smallest(order_item *it, size_t n, size_t k)
 {
     size_t lo = 0, hi = n;
+    unsigned rounds = 0, budget = 8;
+    for (size_t m = n; m > 1; m >>= 1)
+        budget += 2;
     while (hi - lo > 16) {
+        if (rounds++ == budget) {
+            heap_sort(it + lo, hi - lo);
+            return;
+        }
         order_item a = it[lo], b = it[lo + (hi - lo) / 2], c = it[hi - 1];
         order_item p = item_before(a, b)
                            ? (item_before(b, c) ? b : item_before(a, c) ? c : a)
@@ -145,7 +187,7 @@ split_part(order_ctx *o, uint32_t *part, size_t n, order_item *items)
 
 uint32_t *
 keel__order_batch(size_t n, uint32_t dim, int cosine, keel_order_row_fn row,
-                  void *arg)
+                  void *arg, keel_cancel_fn cancel, void *cancel_arg)
 {
     if (n < KEEL_ORDER_MIN_BATCH || n > UINT32_MAX)
         return NULL;
@@ -188,10 +230,20 @@ keel__order_batch(size_t n, uint32_t dim, int cosine, keel_order_row_fn row,
     size_t top = 0;
     stack[top].lo = 0;
     stack[top++].n = n;
+    double asked = keel__now_s();
     while (top) {
         size_t lo = stack[--top].lo, m = stack[top].n;
         if (m <= ORDER_LEAF)
             continue;
+        /* Asked every 0.05 s, as a batch's linking asks (build.c). */
+        if (cancel && keel__now_s() - asked >= 0.05) {
+            asked = keel__now_s();
+            if (cancel(cancel_arg)) {
+                keel__free(order);
+                order = NULL;
+                break;
+            }
+        }
         split_part(&o, order + lo, m, items);
         stack[top].lo = lo + m / 2;
         stack[top++].n = m - m / 2;

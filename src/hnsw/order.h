@@ -1,14 +1,14 @@
 /* order.h -- which slots a batch's vectors take: near vectors in
 ** neighbouring slots.
 **
-** A batch links its nodes in slot order, and a search reads the records,
-** code rows and vectors of the slots it visits. Both run faster when
-** vectors near each other sit in neighbouring slots: a node being linked
-** finds the nodes linked just before it, and their lists, still in the
-** caches, and the nodes one walk visits share pages. Measured
-** (doc/search_tuning.md): batch builds of GloVe-100 cosine 340k and
-** Fashion-MNIST took 20% and 44% less CPU time, searches at equal ef ran
-** 2-6% faster, and recall at equal ef moved by -0.005 to +0.001.
+** A search reads the records, code rows and vectors of the slots it visits;
+** the nodes one walk visits are near each other, so with near vectors in
+** neighbouring slots they share more pages and lines. Measured
+** (doc/search_tuning.md, alternated runs on the same data): Fashion-MNIST
+** 3-8% more queries per second at equal ef; GloVe-100 cosine and L2
+** within their noise. The nodes are still linked in the caller's order
+** (build.h): linked in this order, builds took 20-44% less CPU time, but
+** GloVe-100 L2's graph lost 0.005-0.009 recall at equal ef.
 **
 ** The order halves the batch recursively: each part is cut at the median of
 ** its vectors' positions along the line between two of them far apart (the
@@ -29,6 +29,8 @@
 #ifndef KEEL_ORDER_H
 #define KEEL_ORDER_H
 
+#include "keel.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,10 +44,13 @@ typedef const float *(*keel_order_row_fn)(void *arg, size_t i, float *buf);
 /* The slot order of a batch of n rows (dim floats each, read through row):
 ** a keel__malloc'd array of n row numbers, order[t] taking the batch's
 ** t-th slot. cosine: rows are compared by angle (their lengths
-** ignored), else by Euclidean distance. NULL when n is below
-** KEEL_ORDER_MIN_BATCH or above 2^32 - 1, or memory is short: the caller
-** then keeps the batch's order. */
+** ignored), else by Euclidean distance. cancel (may be NULL) is asked
+** every 0.05 s and stops the work when it says so. NULL when n is below
+** KEEL_ORDER_MIN_BATCH or above 2^32 - 1, memory is short or cancel said
+** stop: the caller then keeps the batch's order (and its own cancel check
+** ends the call). */
 uint32_t *keel__order_batch(size_t n, uint32_t dim, int cosine,
-                            keel_order_row_fn row, void *arg);
+                            keel_order_row_fn row, void *arg,
+                            keel_cancel_fn cancel, void *cancel_arg);
 
 #endif /* KEEL_ORDER_H */
