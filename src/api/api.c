@@ -26,7 +26,6 @@
 */
 #include "api/api.h"
 #include "hnsw/filter.h"
-#include "hnsw/order.h"
 
 _Thread_local int keel__swap_depth;
 
@@ -715,24 +714,8 @@ place_centre(keel_index *idx, const float *vecs, size_t n)
     return rc;
 }
 
-typedef struct batch_rows {
-    const float *vecs;
-    uint32_t dim;
-} batch_rows;
-
-static const float *
-batch_row(void *arg, size_t i, float *buf)
-{
-    (void)buf;
-    const batch_rows *b = arg;
-    return b->vecs + i * b->dim;
-}
-
 /* Writes n vectors (checked) into new slots and links them; all or none:
-** on failure the index is as it was before the call. A batch of at least
-** KEEL_ORDER_MIN_BATCH takes its slots in hnsw/order.h's order (row
-** order[t] in slot first + t, with its own id), and is linked in the
-** caller's order (unless that order walks through space: build.h). */
+** on failure the index is as it was before the call. */
 static int
 add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
             uint64_t first_auto)
@@ -745,15 +728,8 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         rc = keel__store_reserve(st, n, &first);
     if (rc)
         return rc;
-    batch_rows rows = {vecs, idx->dim};
-    uint32_t *order = keel__order_batch(n, idx->dim,
-                                        idx->metric == KEEL_COSINE, batch_row,
-                                        &rows, idx->builder.cancel,
-                                        idx->builder.cancel_arg);
-#define ROW(t) (order ? (size_t)order[t] : (t))
     keel__huge_pages_advise_batch(idx, first, n);
     if (st->g.code_bytes && first == 0 && (rc = place_centre(idx, vecs, n))) {
-        keel__free(order);
         add_rollback(st, next_slot, heap_mark, next_id);
         return rc;
     }
@@ -762,13 +738,11 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         uint64_t slot = first + i, ref = 0;
         uint32_t level = keel__graph_level(idx->gr, slot);
         if (level && (rc = keel__store_heap_alloc(st, level, &ref))) {
-            keel__free(order);
             add_rollback(st, next_slot, heap_mark, next_id);
             return rc;
         }
-        size_t r = ROW(i);
-        to_stored(idx, vecs + r * idx->dim, idx->conv + idx->dim, idx->conv);
-        uint64_t id = ids ? ids[r] : first_auto + r;
+        to_stored(idx, vecs + i * idx->dim, idx->conv + idx->dim, idx->conv);
+        uint64_t id = ids ? ids[i] : first_auto + i;
         uint8_t *code = (uint8_t *)(idx->conv + 3 * (size_t)idx->dim);
         if (st->g.code_bytes)
             keel__code_encode(idx->conv + idx->dim, idx->precision, centre,
@@ -779,28 +753,17 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
     }
     keel_search_ctx *c = keel__ctx_get(idx);
     if (!c) {
-        keel__free(order);
         add_rollback(st, next_slot, heap_mark, next_id);
         return KEEL_ENOMEM;
     }
     for (size_t i = 0; i < n && !rc; i++)
-        rc = keel__store_id_insert(st, ids ? ids[ROW(i)] : first_auto + ROW(i),
-                                   first + i);
-#undef ROW
-    /* Row i is linked i-th: it sits in slot first + link[i]. */
-    uint32_t *link = order ? keel__malloc(n * sizeof *link) : NULL;
-    if (order && !link)
-        rc = KEEL_ENOMEM;
-    for (size_t t = 0; link && t < n; t++)
-        link[order[t]] = (uint32_t)t;
-    keel__free(order);
+        rc = keel__store_id_insert(st, ids ? ids[i] : first_auto + i, first + i);
     if (!rc) {
         for (size_t i = 0; i < n; i++)
             keel__store_note_id(st, ids ? ids[i] : first_auto + i);
-        rc = keel__build_link(&idx->builder, c, link, first, n,
+        rc = keel__build_link(&idx->builder, c, first, n,
                               n > 1 ? idx->threads : 1);
     }
-    keel__free(link);
     keel__ctx_put(idx, c);
     if (rc)
         add_rollback(st, next_slot, heap_mark, next_id);

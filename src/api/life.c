@@ -39,7 +39,6 @@
 ** count, stat, check, refresh.
 */
 #include "api/api.h"
-#include "hnsw/order.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,80 +114,6 @@ new_centre(keel_store *old, const keel_view *v, keel_store *nw,
     return rc;
 }
 
-typedef struct live_rows {
-    const keel_graph *gr;    /* the old file's */
-    const uint32_t *slot;    /* the live slots */
-} live_rows;
-
-static const float *
-live_row(void *arg, size_t i, float *buf)
-{
-    const live_rows *l = arg;
-    return keel__graph_vec_f32(l->gr, l->slot[i], buf);
-}
-
-typedef struct id_slot {
-    uint64_t id;
-    uint32_t slot;
-} id_slot;
-
-static int
-by_id(const void *a, const void *b)
-{
-    uint64_t x = ((const id_slot *)a)->id, y = ((const id_slot *)b)->id;
-    return (x > y) - (x < y);
-}
-
-/* The `live` live slots of old in view v (idx's graph reads them), in the
-** order the new file takes them (hnsw/order.h: near vectors in neighbouring
-** slots; the stored vectors of a cosine file have unit length, so
-** Euclidean order is angular order): new slot t holds old slot
-** (*slots)[t]. *link (NULL: slot order) gets the order they are linked in:
-** by id, which for ids keel gave is the order they were added in (the
-** slots no longer say it), and which keel__build_link shuffles when it
-** walks through space. KEEL_ENOMEM when memory is short. */
-static int
-live_in_order(keel_index *idx, keel_store *old, const keel_view *v,
-              uint64_t live, uint32_t **slots, uint32_t **link)
-{
-    *slots = *link = NULL;
-    if (!live)
-        return KEEL_OK;
-    uint32_t *slot = keel__malloc(live * sizeof *slot);
-    if (!slot)
-        return KEEL_ENOMEM;
-    uint64_t m = 0;
-    for (uint64_t s = 0; s < old->committed.count && m < live; s++)
-        if (keel__store_present(v, s))
-            slot[m++] = (uint32_t)s;
-    live_rows rows = {idx->gr, slot};
-    uint32_t *order = keel__order_batch(live, old->g.dim, 0, live_row, &rows,
-                                        idx->cancel, idx->cancel_arg);
-    if (!order) {
-        *slots = slot;
-        return KEEL_OK;
-    }
-    /* New slot t: old slot slot[order[t]]; then the new slots by id. */
-    id_slot *ids = keel__malloc(live * sizeof *ids);
-    if (!ids) {
-        keel__free(order);
-        keel__free(slot);
-        return KEEL_ENOMEM;
-    }
-    for (uint64_t t = 0; t < live; t++) {
-        order[t] = slot[order[t]];
-        ids[t].id = keel__store_id(old, order[t]);
-        ids[t].slot = (uint32_t)t;
-    }
-    qsort(ids, live, sizeof *ids, by_id);
-    for (uint64_t i = 0; i < live; i++)
-        slot[i] = ids[i].slot;
-    keel__free(ids);
-    *slots = order;
-    *link = slot;
-    return KEEL_OK;
-}
-
 /* Writes the live vectors of old into the new store and links them. */
 static int
 copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
@@ -210,11 +135,10 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
         rc = new_centre(old, &v, nw, &scratch);
     const float *centre = keel__store_centre(nw);
     uint8_t *row = scratch ? (uint8_t *)(scratch + old->g.dim) : NULL;
-    uint32_t *slots = NULL, *link = NULL;
-    if (!rc)
-        rc = live_in_order(idx, old, &v, live, &slots, &link);
-    for (uint64_t to = 0; to < live && !rc; to++) {
-        uint32_t s = slots[to];
+    uint64_t to = 0;
+    for (uint64_t s = 0; s < old->committed.count && !rc; s++) {
+        if (!keel__store_present(&v, s))
+            continue;
         uint64_t ref = 0, id = keel__store_id(old, s);
         uint32_t level = keel__graph_level(ngr, to);
         if (level && (rc = keel__store_heap_alloc(nw, level, &ref)))
@@ -226,13 +150,11 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
                                level, ref);
         if ((rc = keel__store_id_insert(nw, id, to)))
             break;
+        to++;
     }
-    keel__free(slots);
     keel__free(scratch);
-    if (rc) {
-        keel__free(link);
+    if (rc)
         return rc;
-    }
     nw->work.next_id = old->committed.next_id;
     nw->work.epoch = old->committed.epoch + 1;
     if (!live)
@@ -244,10 +166,10 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
     b.cancel = idx->cancel;
     b.cancel_arg = idx->cancel_arg;
     keel_search_ctx *c = keel__search_ctx_new(ngr);
-    rc = c ? keel__build_link(&b, c, link, 0, live, idx->threads)
-           : KEEL_ENOMEM;
+    if (!c)
+        return KEEL_ENOMEM;
+    rc = keel__build_link(&b, c, 0, live, idx->threads);
     keel__search_ctx_free(c);
-    keel__free(link);
     return rc;
 }
 

@@ -89,6 +89,17 @@ keel__log2_ceil64(uint64_t x)
     return x <= 1 ? 0 : 64u - (uint32_t)__builtin_clzll(x - 1);
 }
 
+/* splitmix64: the next of a fixed sequence from state *z (a well-mixed
+** 64-bit value for each step; the same sequence on every machine). */
+static inline uint64_t
+keel__splitmix64(uint64_t *z)
+{
+    uint64_t r = (*z += 0x9E3779B97F4A7C15ull);
+    r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
+    r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+    return r ^ (r >> 31);
+}
+
 /* Little-endian field access on the file's bytes (the host is little-endian;
 ** memcpy keeps unaligned access defined). */
 static inline uint64_t

@@ -23,7 +23,6 @@
 ** caller gives the slots back. A batch into an empty index keeps nothing.
 */
 #include "hnsw/build.h"
-#include "hnsw/order.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -203,15 +202,6 @@ worker_main(void *arg)
     return NULL;
 }
 
-static uint64_t
-splitmix64(uint64_t *z)
-{
-    uint64_t r = (*z += 0x9E3779B97F4A7C15ull);
-    r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
-    r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
-    return r ^ (r >> 31);
-}
-
 static int
 float_cmp(const void *a, const void *b)
 {
@@ -229,21 +219,23 @@ slot_l2sq(const keel_graph *gr, uint64_t a, uint64_t b, float *buf)
                                                 gr->dim);
 }
 
-/* Whether the order walks through space: the median distance between
-** nodes linked one after the other, over 256 evenly spread steps, under
-** half the median between 256 pairs drawn at random (fixed seed). */
+/* Whether slots [first, first + n) in slot order walk through space: the
+** median distance between neighbouring slots under half the median
+** between random pairs, over 256 of each drawn from a fixed seed (steps at
+** random places: evenly spaced ones can all fall on the borders of classes
+** of equal size, 256 classes of 80 sorted by class measured 0.98). */
 static int
-order_follows_space(const keel_graph *gr, const uint32_t *order,
-                    uint64_t first, uint64_t n, float *buf)
+order_follows_space(const keel_graph *gr, uint64_t first, uint64_t n,
+                    float *buf)
 {
     enum { S = 256 };
     float next[S], any[S];
     uint64_t z = 0x5EED0F0DDE5ull ^ n;
     for (uint32_t i = 0; i < S; i++) {
-        uint64_t t = (uint64_t)i * (n - 1) / S;
-        next[i] = slot_l2sq(gr, first + order[t], first + order[t + 1], buf);
-        any[i] = slot_l2sq(gr, first + splitmix64(&z) % n,
-                           first + splitmix64(&z) % n, buf);
+        uint64_t t = first + keel__splitmix64(&z) % (n - 1);
+        next[i] = slot_l2sq(gr, t, t + 1, buf);
+        any[i] = slot_l2sq(gr, first + keel__splitmix64(&z) % n,
+                           first + keel__splitmix64(&z) % n, buf);
     }
     qsort(next, S, sizeof *next, float_cmp);
     qsort(any, S, sizeof *any, float_cmp);
@@ -251,42 +243,35 @@ order_follows_space(const keel_graph *gr, const uint32_t *order,
     return next[S / 2] < 0.25f * any[S / 2];
 }
 
-/* The order a batch of n nodes is linked in: natural[0], natural[1], ...
-** (slot offsets; NULL: slot order), unless that order walks through space
-** (input sorted by cluster or category, or a file's slots, which
-** hnsw/order.h lays out by nearness): then a shuffle from a fixed seed.
-** HNSW linked in an order that follows the vectors leaves whole regions
-** with no links in from the rest: 1,181 of 20,000 vectors in 100 tight
-** clusters could not be found even at ef 500. An order that does not
-** (GloVe-100's, by word frequency) is kept: a shuffle of it lost
-** 0.008-0.018 recall at equal ef. Returns what *owned is set to free (NULL
-** when natural is used as is); NULL with *owned NULL also means slot
-** order. */
+/* The order a batch of n nodes is linked in: slot order (NULL), which is
+** the order the caller gave them, unless that order walks through space
+** (input sorted by cluster or category): then a permutation from a fixed
+** seed, the same for the same n on every run. HNSW linked in an order
+** that follows the vectors leaves whole regions with no links in from the
+** rest: of 20,000 vectors in 100 tight clusters handed over cluster by
+** cluster, 1,181 could not be found even at ef 500. An order that does not
+** (GloVe-100's, by word frequency: 0.79) is kept, since a shuffle of it
+** lost 0.008-0.018 recall at equal ef. *owned gets what to free. */
 static const uint32_t *
-link_order(const keel_graph *gr, const uint32_t *natural, uint64_t first,
-           uint64_t n, uint32_t **owned)
+link_order(const keel_graph *gr, uint64_t first, uint64_t n,
+           uint32_t **owned)
 {
     *owned = NULL;
-    if (n < KEEL_ORDER_MIN_BATCH || n > UINT32_MAX)
-        return natural;
-    uint32_t *p = keel__malloc((size_t)n * sizeof *p);
+    if (n < KEEL_LINK_SHUFFLE_MIN || n > UINT32_MAX)
+        return NULL;
     float *buf = keel__malloc(gr->dim * sizeof *buf);
-    if (!p || !buf) {
-        keel__free(p);
-        keel__free(buf);
-        return natural;
-    }
-    for (uint64_t i = 0; i < n; i++)
-        p[i] = natural ? natural[i] : (uint32_t)i;
-    int spatial = order_follows_space(gr, p, first, n, buf);
+    if (!buf)
+        return NULL;
+    int spatial = order_follows_space(gr, first, n, buf);
     keel__free(buf);
-    if (!spatial) {
-        keel__free(p);
-        return natural;
-    }
+    uint32_t *p = spatial ? keel__malloc((size_t)n * sizeof *p) : NULL;
+    if (!p)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = (uint32_t)i;
     uint64_t z = 0x6B6565C0DE5EED00ull ^ n;
     for (uint64_t i = n - 1; i > 0; i--) {
-        uint64_t j = splitmix64(&z) % (i + 1);
+        uint64_t j = keel__splitmix64(&z) % (i + 1);
         uint32_t t = p[i];
         p[i] = p[j];
         p[j] = t;
@@ -296,14 +281,13 @@ link_order(const keel_graph *gr, const uint32_t *natural, uint64_t first,
 }
 
 int
-keel__build_link(keel_builder *b, keel_search_ctx *ctx,
-                 const uint32_t *natural, uint64_t first, uint64_t n,
-                 uint32_t threads)
+keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
+                 uint64_t n, uint32_t threads)
 {
     keel_graph *gr = b->gr;
     keel_store *st = gr->st;
     uint32_t *shuffled;
-    const uint32_t *order = link_order(gr, natural, first, n, &shuffled);
+    const uint32_t *order = link_order(gr, first, n, &shuffled);
     batch bt = {.b = b, .link_order = order, .first = first, .n = n};
     bt.view.st = st;
     bt.view.limit = bt.view.count = first + n;

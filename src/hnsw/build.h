@@ -26,15 +26,17 @@ typedef struct keel_builder {
 
 void keel__build_init(keel_builder *b, keel_graph *gr, uint32_t efc);
 
+/* Batches of at least this many nodes are linked in a shuffled order when
+** their slot order walks through space (build.c link_order). */
+#define KEEL_LINK_SHUFFLE_MIN 1024u
+
 /* Links slots [first, first + n), already written, using `threads` threads
-** (1 = this one), in the order first + natural[0], first + natural[1], ...
-** (a permutation of 0..n-1; NULL: slot order), or, for a batch of at least
-** KEEL_ORDER_MIN_BATCH whose natural order walks through space, in a
-** shuffled one (build.c link_order). ctx is this thread's scratch. Then
-** publishes the slots and the entry point to searches. On failure nothing
-** is published. */
-int keel__build_link(keel_builder *b, keel_search_ctx *ctx,
-                     const uint32_t *natural, uint64_t first, uint64_t n,
-                     uint32_t threads);
+** (1 = this one), in slot order (the order the caller gave them), or, for a
+** batch of at least KEEL_LINK_SHUFFLE_MIN whose slot order walks through
+** space, in a shuffled one (build.c link_order). ctx is this thread's
+** scratch. Then publishes the slots and the entry point to searches. On
+** failure nothing is published. */
+int keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
+                     uint64_t n, uint32_t threads);
 
 #endif /* KEEL_BUILD_H */

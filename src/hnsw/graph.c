@@ -42,10 +42,7 @@ keel__graph_level(const keel_graph *gr, uint64_t slot)
 {
     /* A hash of the slot, so a batch's levels do not depend on thread
      * timing and a file's graph shape is reproducible. */
-    uint64_t z = slot + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    uint64_t state = slot, z = keel__splitmix64(&state);
     double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
     double l = -log(u) * gr->level_mult;
     return l >= KEEL_MAX_LEVELS - 1 ? KEEL_MAX_LEVELS - 1 : (uint32_t)l;
