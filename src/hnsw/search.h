@@ -39,8 +39,7 @@ typedef struct keel_search_ctx {
     keel_br_record *br;
     keel_br_cache brc;
     keel_br_range *bwant;     /* BR_WANT_LISTS (M0 + 1) ranges: a vector,
-                               * record and
-                               * slot header per neighbour */
+                               * record and slot header per neighbour */
     keel_br_scratch bscratch;
     uint32_t ahead;           /* a remote level-0 walk's look-ahead
                                * (keel__br_remote_ahead; 0 for a local

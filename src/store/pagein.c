@@ -31,7 +31,8 @@ keel__br_remote_ahead(const keel_store *st, uint32_t M0)
 {
     if (!st->remote)
         return 0;
-    /* A fetch names (3 + 2 a)(M0 + 1) ranges, each within two granules. */
+    /* A fetch names (3 + 2 a)(M0 + 1) ranges, each within two granules;
+     * mem_limit counts granules. */
     uint64_t room = st->remote->mem_limit / 4 / (2 * ((uint64_t)M0 + 1));
     uint64_t fit = room > 3 ? (room - 3) / 2 : 0;
     return (uint32_t)KEEL_MIN((uint64_t)keel__br_ahead(), fit);

@@ -557,8 +557,8 @@ undo_apply(keel_store *st, const uint8_t *buf, uint64_t off, uint64_t size,
            uint64_t ident, uint64_t *applied)
 {
     undo_applying a = {st, 0};
-    int rc = undo_log_walk(&st->g, buf, size, off, ident,
-                                 st->work.count, apply_one, &a);
+    int rc = undo_log_walk(&st->g, buf, size, off, ident, st->work.count,
+                           apply_one, &a);
     *applied = a.applied;
     return rc;
 }
