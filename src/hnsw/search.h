@@ -12,6 +12,9 @@
 #include "hnsw/graph.h"
 #include "hnsw/codes.h"
 
+/* The most nearest entries a k-NN walk's settling rule watches. */
+#define KEEL_WATCH_MAX 64
+
 typedef struct keel_search_ctx {
     uint64_t *visited;        /* bitset over slots */
     size_t visited_words;
@@ -29,6 +32,11 @@ typedef struct keel_search_ctx {
     /* Traversal codes: a k-NN search of a file with codes walks on them
      * (coded set for the call), then measures its results exactly. */
     int coded;
+    /* A k-NN walk's settling rule (search_knn sets it for one level-0
+     * walk; 0 otherwise: builds, filtered and radius walks): the walk also
+     * stops once its `watch` nearest (at most KEEL_WATCH_MAX) have stayed
+     * the same for `quiet_max` expansions in a row. */
+    uint32_t quiet_max, watch;
     keel_code_query cq;       /* cq.qu: dim bytes */
     uint64_t ndist;           /* distances computed by the last walk */
     keel_link_scratch link;   /* for builds */
