@@ -96,9 +96,9 @@ for g in $SETS; do
         done
         r=$((r + 1))
     done
-    /usr/bin/python3 - "$OUT" "$g" <<'PY'
+    /usr/bin/python3 - "$OUT" "$g" "$root/bench" <<'PY'
 import json, sys
-sys.path.insert(0, sys.argv[1] + "/../../")
+sys.path.insert(0, sys.argv[3])
 import report as R
 out, g = sys.argv[1], sys.argv[2]
 cs = {}

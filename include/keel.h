@@ -286,10 +286,10 @@ int keel_refresh(keel_index *idx);
 **
 ** ef (keel_search_params, or the handle's ef_search) is the HNSW candidate
 ** list: larger finds more of the true nearest and costs more. The walk ends
-** as HNSW's does, or sooner once its nearest 2k (at least 20) have not
-** changed for 3/8 ef steps in a row (with a filter, for that much longer
-** as the filter is rarer), so an easy query stops early. The same query on
-** the same file gives the same results, bit for bit.
+** as HNSW's does, or sooner once its nearest 2k (at least 20) matches have
+** not changed over 3/8 ef (at least 12) steps from matches in a row, so an
+** easy query stops early. The same query on the same file gives the same
+** results, bit for bit.
 **
 ** Cold files: the first search of a handle on a file that is not in memory
 ** (and large enough to gain) asks the system at each step for the pages of

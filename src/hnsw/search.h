@@ -33,9 +33,9 @@ typedef struct keel_search_ctx {
      * (coded set for the call), then measures its results exactly. */
     int coded;
     /* A k-NN walk's settling rule (search_knn sets it for one level-0
-     * walk; 0 otherwise: builds, filtered and radius walks): the walk also
-     * stops once its `watch` nearest (at most KEEL_WATCH_MAX) have stayed
-     * the same for `quiet_max` expansions in a row. */
+     * walk; 0 otherwise: builds and radius walks): the walk also stops once
+     * its `watch` nearest accepted nodes (at most KEEL_WATCH_MAX) have
+     * stayed the same over `quiet_max` expansions of accepted nodes. */
     uint32_t quiet_max, watch;
     keel_code_query cq;       /* cq.qu: dim bytes */
     uint64_t ndist;           /* distances computed by the last walk */
