@@ -805,12 +805,14 @@ rerank_of(size_t k)
 ** deleted nodes or nodes a filter turns down, toward matches farther off,
 ** is not settling (clustered deletes or filter matches lost most of their
 ** recall when every expansion counted), and a filter that lets every live
-** node through walks as no filter does. Measured (doc/search_tuning.md,
-** "Settled walks"): QPS at equal recall +14-25% on GloVe-100 cosine from
-** 0.95 to 0.995, +5-16% on GloVe-100 L2 at 0.90-0.95; watching 10 or 40
-** instead of 20, or 1/4 or 1/2 ef, gave less, and Fashion-MNIST (ef 10-16
-** for 0.95) lost 6% without the floor of 12. Off where more than
-** KEEL_WATCH_MAX would be watched. */
+** node through settles where no filter does (its walk can still end sooner,
+** in the exact scan, past its budget of distances). Measured
+** (doc/search_tuning.md, "Settled walks"), QPS at equal recall: GloVe-100
+** cosine +11%, +23% and +27% at 0.95, 0.99 and 0.995, GloVe-100 L2 +4% and
+** +11% at 0.90 and 0.95, Fashion-MNIST unchanged; watching 10 or 40 instead
+** of 20, or 1/4 or 1/2 ef, gave less, and Fashion-MNIST (ef 10-16 for 0.95)
+** lost 4-7% without the floor of 12. Off where more than KEEL_WATCH_MAX
+** would be watched. */
 static void
 settle_rule(keel_search_ctx *c, size_t k, uint32_t efk)
 {
