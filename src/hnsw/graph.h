@@ -110,7 +110,9 @@ const float *keel__graph_vec_f32(const keel_graph *gr, uint64_t slot,
 ** packed entries sorted ascending by distance to base: keep a candidate only
 ** if it is nearer to base than to every one kept so far; if fewer than a
 ** quarter of cap are kept, fill to a quarter with the nearest of the rest.
-** Writes the chosen slots to out and returns their number. buf: dim floats
+** Copies of base (distance 0 for L2, within rounding for cosine) take at
+** most a quarter of cap; the rest are passed over. Writes the chosen slots
+** to out and returns their number. buf: dim floats
 ** of scratch; kvec: cap pointers of scratch. */
 uint32_t keel__graph_select(const keel_graph *gr, const uint64_t *cand,
                             uint32_t n, uint32_t cap, uint32_t *out,
