@@ -95,8 +95,8 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
             continue;
         cur = keel__pack_slot(w[0]);
         uint32_t cap = lv ? gr->M : gr->M0;
-        uint32_t ns = keel__graph_select(gr, w, (uint32_t)m, cap, c->sel,
-                                         c->vbuf, c->link.vecs);
+        uint32_t ns = keel__graph_select(gr, slot, q, w, (uint32_t)m, cap,
+                                         c->sel, c->vbuf, c->link.vecs);
         keel__graph_set_list(gr, slot, lv, c->sel, ns);
         for (uint32_t i = 0; i < ns && rc == KEEL_OK; i++)
             rc = keel__graph_add_link(gr, c->sel[i], slot, lv, v->limit,

@@ -58,44 +58,72 @@ keel__graph_vec_f32(const keel_graph *gr, uint64_t slot, float *buf)
     return buf;
 }
 
-/* The distance within which a candidate counts as a copy of the base: 0
-** for L2 (the same vector), rounding of the dot product for cosine, none
-** for IP (a vector is not at distance 0 from itself there). */
-static float
-copy_distance(const keel_graph *gr)
+/* A hash of slot seen from base: which copies of base its list holds
+** (keel__graph_select). */
+static uint64_t
+copy_rank(uint64_t base, uint32_t slot)
 {
-    if (gr->metric == KEEL_L2)
-        return 0.0f;
-    if (gr->metric == KEEL_COSINE)
-        return (float)gr->dim * 0x1p-22f;
-    return -INFINITY;
+    uint64_t z = base << 32 ^ slot ^ 0xC0B1E5C0DE5EED5ull;
+    return keel__splitmix64(&z);
 }
 
 uint32_t
-keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
-                   uint32_t cap, uint32_t *out, float *buf, const void **kvec)
+keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
+                   const uint64_t *cand, uint32_t n, uint32_t cap,
+                   uint32_t *out, float *buf, const void **kvec)
 {
     uint32_t kept = 0, quarter = (cap + 3) / 4;
-    /* Copies of the base: at most a quarter of the list. Each passes the
-     * heuristic against the others (distance 0 is not nearer than 0), so
-     * a vector stored more than cap times filled the lists of its copies
-     * with copies alone: islands with no links out, where walks from
-     * elsewhere were caught (100 copies each of 100 vectors among 10,000
-     * others: 0.18-0.25 of random queries' results right, at any ef;
-     * test_copies). A list with no more than a quarter of copies is
+    /* Copies of base (the same stored vector: at base's distance from
+     * itself, whatever the metric and precision) pass the heuristic
+     * against each other (a distance is not nearer than the same
+     * distance), so a vector stored more than cap times filled its
+     * copies' lists with copies alone: islands with no links out, where
+     * walks from elsewhere were caught (100 copies each of 100 vectors
+     * among 10,000 others: 0.18-0.25 of random queries' results right, at
+     * any ef; test_copies). Copies take at most half of a list: those of
+     * lowest copy_rank when there are more, so the copies a group's lists
+     * hold differ from list to list and every copy has links in (taken in
+     * candidate order, every list held the same lowest slots and later
+     * copies had none: searches could not return them; three quarters
+     * left 1-3% of a group of 100 with none). A list with fewer copies is
      * chosen as before. */
-    float copy = copy_distance(gr);
-    uint32_t copies = 0;
+    float self = keel__graph_dist(gr, q, keel__store_vec(gr->st, base));
+    /* Cosine also counts what rounding of the normalization left apart:
+     * v and 2v, stored normalized, differ in the last bits. */
+    float near = gr->metric == KEEL_COSINE ? (float)gr->dim * 0x1p-22f : 0.0f;
+    uint32_t copy_cap = cap / 2, ncopies = 0, copies = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ncopies += fabsf(keel__pack_dist(cand[i]) - self) <= near;
+    /* Past copy_cap copies, the copy_cap-th lowest rank among them (a
+     * selection by repeated minimum: copy_cap passes over the candidates,
+     * only for a node with that many copies). */
+    uint64_t limit = UINT64_MAX;
+    for (uint32_t t = 0; ncopies > copy_cap && t < copy_cap; t++) {
+        uint64_t m = UINT64_MAX;
+        for (uint32_t i = 0; i < n; i++) {
+            if (fabsf(keel__pack_dist(cand[i]) - self) > near)
+                continue;
+            uint64_t r = copy_rank(base, keel__pack_slot(cand[i]));
+            if ((t == 0 || r > limit) && r < m)
+                m = r;
+        }
+        limit = m;
+    }
     for (uint32_t i = 0; i < n && kept < cap; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
         float dc = keel__pack_dist(cand[i]);
-        if (dc <= copy && copies == quarter)
+        int copy = fabsf(dc - self) <= near;
+        if (copy && (copies == copy_cap ||
+                     (ncopies > copy_cap && copy_rank(base, c) > limit)))
             continue;
         const float *cv = keel__graph_vec_f32(gr, c, buf);
         int good = 1;
         /* Against the kept ones four at a time: most candidates are turned
-         * down by one of the first few. */
-        for (uint32_t j = 0; j < kept && good; j += 4) {
+         * down by one of the first few. A copy next to copies alone is
+         * kept, as an exact one passes against them (near ones, which
+         * rounding left apart, would be turned down at random). */
+        for (uint32_t j = copy && copies == kept ? kept : 0; j < kept && good;
+             j += 4) {
             float d4[4];
             uint32_t m = KEEL_MIN(4u, kept - j);
             keel__graph_dist_group(gr, cv, kvec + j, m, d4);
@@ -103,7 +131,7 @@ keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
                 good &= d4[t] >= dc;
         }
         if (good) {
-            copies += dc <= copy;
+            copies += copy;
             kvec[kept] = keel__store_vec(gr->st, c);
             out[kept++] = c;
         }
@@ -112,15 +140,13 @@ keel__graph_select(const keel_graph *gr, const uint64_t *cand, uint32_t n,
      * neighbours; a quarter of the list keeps such chains connected. */
     for (uint32_t i = 0; i < n && kept < quarter; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
-        if (keel__pack_dist(cand[i]) <= copy && copies == quarter)
-            continue;
+        if (fabsf(keel__pack_dist(cand[i]) - self) <= near)
+            continue; /* copies had their draw above */
         int have = 0;
         for (uint32_t j = 0; j < kept && !have; j++)
             have = out[j] == c;
-        if (have)
-            continue;
-        copies += keel__pack_dist(cand[i]) <= copy;
-        out[kept++] = c;
+        if (!have)
+            out[kept++] = c;
     }
     return kept;
 }
@@ -330,8 +356,8 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
             s->cand[j] = s->cand[j - 1];
         s->cand[j] = x;
     }
-    uint32_t nk = keel__graph_select(gr, s->cand, n, len, s->keep, s->cbuf,
-                                     s->vecs);
+    uint32_t nk = keel__graph_select(gr, to, tv, s->cand, n, len, s->keep,
+                                     s->cbuf, s->vecs);
     rewrite_list(list, len, s->keep, nk, s->flags);
 done:
     keel__spin_unlock(lock);

@@ -106,17 +106,17 @@ uint32_t keel__graph_level(const keel_graph *gr, uint64_t slot);
 const float *keel__graph_vec_f32(const keel_graph *gr, uint64_t slot,
                                  float *buf);
 
-/* Selects up to cap neighbours for base (its vector q) from cand[0..n),
-** packed entries sorted ascending by distance to base: keep a candidate only
-** if it is nearer to base than to every one kept so far; if fewer than a
-** quarter of cap are kept, fill to a quarter with the nearest of the rest.
-** Copies of base (distance 0 for L2, within rounding for cosine) take at
-** most a quarter of cap; the rest are passed over. Writes the chosen slots
-** to out and returns their number. buf: dim floats
-** of scratch; kvec: cap pointers of scratch. */
-uint32_t keel__graph_select(const keel_graph *gr, const uint64_t *cand,
-                            uint32_t n, uint32_t cap, uint32_t *out,
-                            float *buf, const void **kvec);
+/* Selects up to cap neighbours for slot base (its vector q, as f32) from
+** cand[0..n), packed entries sorted ascending by distance to base: keep a
+** candidate only if it is nearer to base than to every one kept so far; if
+** fewer than a quarter of cap are kept, fill to a quarter with the nearest
+** of the rest. Copies of base (at base's own distance from itself) take at
+** most half of cap, drawn by a hash of the two slots when there are more. Writes the chosen slots to out and returns their number. buf:
+** dim floats of scratch; kvec: cap pointers of scratch. */
+uint32_t keel__graph_select(const keel_graph *gr, uint64_t base,
+                            const float *q, const uint64_t *cand, uint32_t n,
+                            uint32_t cap, uint32_t *out, float *buf,
+                            const void **kvec);
 
 /* Writes a new node's list at level (under its stripe lock). */
 void keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
