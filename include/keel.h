@@ -321,7 +321,9 @@ int keel_search_batch(keel_index *idx, const float *queries, size_t nq,
 ** measured in test_radius.c); with an allow-list of few ids it scans them
 ** exactly. radius is finite; under KEEL_L2 and KEEL_COSINE it is >= 0
 ** (0 finds exact copies; under cosine rounding puts copies about 1e-7
-** apart); under KEEL_IP distances, and so radius, may be negative.
+** apart, and up to about 1e-3 in a KEEL_F16 file, whose unit vectors are
+** rounded to half precision); under KEEL_IP distances, and so radius, may
+** be negative.
 ** max_results 1..1,000,000; the walk's cost grows with it like k's. */
 int keel_search_radius(keel_index *idx, const float *query, float radius,
                        size_t max_results, const keel_search_params *p,
