@@ -85,8 +85,8 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
      * hold differ from list to list and every copy has links in (taken in
      * candidate order, every list held the same lowest slots and later
      * copies had none: searches could not return them; three quarters
-     * left 1-3% of a group of 100 with none). A list with fewer copies is
-     * chosen as before. */
+     * left 1-3% of a group of 100 with none). A list with fewer exact
+     * copies is chosen as before. */
     float self = keel__graph_dist(gr, q, keel__store_vec(gr->st, base));
     /* Cosine also counts what rounding of the normalization left apart:
      * v and 2v, stored normalized, differ in the last bits. */
@@ -141,7 +141,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
     for (uint32_t i = 0; i < n && kept < quarter; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
         if (fabsf(keel__pack_dist(cand[i]) - self) <= near)
-            continue; /* copies had their draw above */
+            continue; /* copies had their places above */
         int have = 0;
         for (uint32_t j = 0; j < kept && !have; j++)
             have = out[j] == c;
