@@ -58,6 +58,14 @@ keel__graph_vec_f32(const keel_graph *gr, uint64_t slot, float *buf)
     return buf;
 }
 
+/* Whether a candidate at distance d from base is a copy of it (base at
+** self from itself; near: what rounding may add, keel__graph_select). */
+static inline int
+is_copy(float d, float self, float near)
+{
+    return fabsf(d - self) <= near;
+}
+
 /* A hash of slot seen from base: which copies of base its list holds
 ** (keel__graph_select). */
 static uint64_t
@@ -93,7 +101,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
     float near = gr->metric == KEEL_COSINE ? (float)gr->dim * 0x1p-22f : 0.0f;
     uint32_t copy_cap = cap / 2, ncopies = 0, copies = 0;
     for (uint32_t i = 0; i < n; i++)
-        ncopies += fabsf(keel__pack_dist(cand[i]) - self) <= near;
+        ncopies += is_copy(keel__pack_dist(cand[i]), self, near);
     /* Past copy_cap copies, the copy_cap-th lowest rank among them (a
      * selection by repeated minimum: copy_cap passes over the candidates,
      * only for a node with that many copies). */
@@ -101,7 +109,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
     for (uint32_t t = 0; ncopies > copy_cap && t < copy_cap; t++) {
         uint64_t m = UINT64_MAX;
         for (uint32_t i = 0; i < n; i++) {
-            if (fabsf(keel__pack_dist(cand[i]) - self) > near)
+            if (!is_copy(keel__pack_dist(cand[i]), self, near))
                 continue;
             uint64_t r = copy_rank(base, keel__pack_slot(cand[i]));
             if ((t == 0 || r > limit) && r < m)
@@ -112,7 +120,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
     for (uint32_t i = 0; i < n && kept < cap; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
         float dc = keel__pack_dist(cand[i]);
-        int copy = fabsf(dc - self) <= near;
+        int copy = is_copy(dc, self, near);
         if (copy && (copies == copy_cap ||
                      (ncopies > copy_cap && copy_rank(base, c) > limit)))
             continue;
@@ -140,7 +148,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
      * neighbours; a quarter of the list keeps such chains connected. */
     for (uint32_t i = 0; i < n && kept < quarter; i++) {
         uint32_t c = keel__pack_slot(cand[i]);
-        if (fabsf(keel__pack_dist(cand[i]) - self) <= near)
+        if (is_copy(keel__pack_dist(cand[i]), self, near))
             continue; /* copies had their places above */
         int have = 0;
         for (uint32_t j = 0; j < kept && !have; j++)

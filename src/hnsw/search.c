@@ -835,6 +835,7 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
     /* A published index announces every page a search reads (the file's
      * scans leave reading ahead to the system). */
     keel_br_record *remote = gr->st->remote ? c->br : NULL;
+    settle_rule(c, k, efk); /* for the level-0 walk below, if any */
     if (filtered) {
         double frac, m = estimate_matches(v, acc, &frac);
         /* A graph visit costs about one scanned distance, and an unfiltered
@@ -849,11 +850,9 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         } else {
             uint32_t ep = keel__search_greedy(gr, v, c, q, v->entry,
                                               v->max_level, 0);
-            settle_rule(c, k, efk);
             rc = ep == KEEL_EMPTY ? -2
                                   : keel__search_layer(gr, v, c, q, ep, 0, efk,
                                                        acc, (uint64_t)budget);
-            c->quiet_max = 0;
             if (rc == 1 || (rc == 0 && c->nres < k)) {
                 c->br = remote;
                 rc = exact_scan(gr, v, c, q, k, acc);
@@ -862,11 +861,10 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         }
     } else {
         uint32_t ep = keel__search_greedy(gr, v, c, q, v->entry, v->max_level, 0);
-        settle_rule(c, k, efk);
         rc = ep == KEEL_EMPTY ? -2
                               : keel__search_layer(gr, v, c, q, ep, 0, efk, acc, 0);
-        c->quiet_max = 0;
     }
+    c->quiet_max = 0; /* builds and radius walks share the context */
     if (rc == 0 && c->coded && !scanned)
         rc = keel__search_measure(gr, c, q, rerank_of(k));
     c->br = NULL; /* builds share the context: they never bring pages in */
