@@ -87,7 +87,7 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
      * distance), so a vector stored more than cap times filled its
      * copies' lists with copies alone: islands with no links out, where
      * walks from elsewhere were caught (100 copies each of 100 vectors
-     * among 10,000 others: 0.18-0.25 of random queries' results right, at
+     * among 10,000 others: 0.17-0.31 of random queries' results right, at
      * any ef; test_copies). Copies take at most half of a list: those of
      * lowest copy_rank when there are more, so the copies a group's lists
      * hold differ from list to list and every copy has links in (taken in
