@@ -9,13 +9,6 @@
 
 static uint64_t rng_state = 99;
 
-static double
-uniform(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) * 0x1.0p-53;
-}
-
 enum { D = 16 };
 
 /* cl clusters of per vectors, row i in cluster i / per (sorted by
@@ -27,12 +20,12 @@ sorted_clusters(int cl, int per)
     size_t n = (size_t)cl * per;
     float *centre = malloc((size_t)cl * D * sizeof *centre);
     for (size_t i = 0; i < (size_t)cl * D; i++)
-        centre[i] = (float)(uniform() * 200.0 - 100.0);
+        centre[i] = 100.0f * test_randf(&rng_state);
     float *v = malloc(n * D * sizeof *v);
     for (size_t i = 0; i < n; i++)
         for (int d = 0; d < D; d++)
             v[i * D + d] = centre[(i / per) * D + d] +
-                           (float)(uniform() * 0.02 - 0.01);
+                           0.01f * test_randf(&rng_state);
     free(centre);
     return v;
 }
