@@ -20,7 +20,8 @@
 # OUT (bench/out/compare), BUILD (build). BENCH_CLOCK=cpu (the default
 # here) times the sweeps in CPU time (bench_common.h): on a shared machine
 # wall-clock QPS moves with the other tenants' load. CODES (i8: keel's
-# traversal codes; none) for keel's builds. BENCH_HUGE=1: keel opens its
+# traversal codes; none) and PRECISION (f32; f16: half the bytes of stored
+# vector) for keel's builds; hnswlib always stores f32. BENCH_HUGE=1: keel opens its
 # index with KEEL_HUGE_PAGES, its file taken out of the page cache before
 # each sweep so that warm brings the vectors and code rows back in 2 MiB
 # pieces (default 0: neither).
@@ -32,6 +33,7 @@ MIN_TIME=${MIN_TIME:-0.3}
 export BENCH_CLOCK=${BENCH_CLOCK:-cpu}
 export BENCH_HUGE=${BENCH_HUGE:-0}
 CODES=${CODES:-i8}
+PRECISION=${PRECISION:-f32}
 THREADS=${THREADS:-$(getconf _NPROCESSORS_ONLN)}
 EFS_GLOVE=${EFS_GLOVE:-64,96,128,192,256,384,512,768,1024,1536,2048,3072}
 EFS_FMNIST=${EFS_FMNIST:-10,12,16,24,32,48,64}
@@ -72,10 +74,10 @@ for g in $SETS; do
             [ "$e" = keel ] && [ "${KEEL_ONLY_BUILD:-0}" = 1 ] || continue
         fi
         rm -f "$ix"
-        codes=
-        [ "$e" = keel ] && codes="--codes $CODES"
+        codes= prec=f32
+        [ "$e" = keel ] && codes="--codes $CODES" prec=$PRECISION
         "$bin/${e}_bench" build "$ix" "$d.base.fvecs" --metric $metric \
-            --precision f32 $codes -M 16 --efc 200 --threads "$THREADS" \
+            --precision $prec $codes -M 16 --efc 200 --threads "$THREADS" \
             --label "$g/f32" >"$ix.build.json"
     done
     r=0
