@@ -21,7 +21,9 @@
 # here) times the sweeps in CPU time (bench_common.h): on a shared machine
 # wall-clock QPS moves with the other tenants' load. CODES (i8: keel's
 # traversal codes; none) and PRECISION (f32; f16: half the bytes of stored
-# vector) for keel's builds; hnswlib always stores f32. BENCH_HUGE=1: keel opens its
+# vector) for keel's builds; hnswlib always stores f32. REUSE keeps an
+# index whatever precision it was built with (its .build.json says).
+# BENCH_HUGE=1: keel opens its
 # index with KEEL_HUGE_PAGES, its file taken out of the page cache before
 # each sweep so that warm brings the vectors and code rows back in 2 MiB
 # pieces (default 0: neither).
@@ -78,7 +80,7 @@ for g in $SETS; do
         [ "$e" = keel ] && codes="--codes $CODES" prec=$PRECISION
         "$bin/${e}_bench" build "$ix" "$d.base.fvecs" --metric $metric \
             --precision $prec $codes -M 16 --efc 200 --threads "$THREADS" \
-            --label "$g/f32" >"$ix.build.json"
+            --label "$g/$prec" >"$ix.build.json"
     done
     r=0
     while [ "$r" -lt "$ROUNDS" ]; do
