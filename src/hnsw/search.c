@@ -191,10 +191,12 @@ prefetch_rec_l1(const keel_store *st, uint32_t s)
 ** prefetch hints above left a coded walk waiting on each row's lines in
 ** turn (55% of its samples on a row's first load), while loads the
 ** processor cannot drop overlap out of order: touching a group's rows before
-** measuring them ran GloVe-100 cosine 2.1-2.6x and Fashion-MNIST 1.2-1.45x
-** faster at equal ef (doc/search_tuning.md, "Loads, not hints"). Only
-** bytes the caller reads next: the range is the caller's to have brought in
-** (cold walks touch after their batch read). */
+** measuring them ran GloVe-100 cosine 2.1-2.6x and Fashion-MNIST
+** 1.04-1.26x faster at equal ef (1.22-1.45x with the re-measure's vectors
+** touched as well; doc/search_tuning.md, "Loads, not hints"). Only bytes
+** the caller reads next: the range is the caller's to have brought in
+** (cold walks touch after their batch read; a cold re-measure keeps hints,
+** keel__search_measure). */
 static inline void
 touch_lines(const void *p, uint32_t lines)
 {
@@ -797,23 +799,21 @@ keel__search_measure(const keel_graph *gr, keel_search_ctx *c, const float *q,
      * back in, one uninterruptible GET at a time, what a hint leaves alone
      * (touching all first faulted 1,496 times where hints fault 955, and
      * touching four ahead 1,008: 6 searches, k 200, an 8 MiB cache). */
-    size_t n = c->nres, ahead = KEEL_MIN(n, (size_t)4);
-    uint32_t lines = KEEL_MIN((gr->st->g.vec_bytes + 63) / 64, 8u);
-    if (c->br) {
-        int l1 = keel__prefetch_into_l1();
-        for (size_t i = 0; i < ahead; i++)
-            prefetch_vec(gr, keel__store_vec(gr->st, keel__pack_slot(c->res[i])),
-                         l1);
-    } else {
+    size_t n = c->nres, ahead = c->br ? KEEL_MIN(n, (size_t)4) : 0;
+    int l1 = keel__prefetch_into_l1();
+    if (!c->br) {
+        uint32_t lines = KEEL_MIN((gr->st->g.vec_bytes + 63) / 64, 8u);
         for (size_t i = 0; i < n; i++)
             touch_lines(keel__store_vec(gr->st, keel__pack_slot(c->res[i])),
                         lines);
     }
+    for (size_t i = 0; i < ahead; i++)
+        prefetch_vec(gr, keel__store_vec(gr->st, keel__pack_slot(c->res[i])), l1);
     for (size_t i = 0; i < n; i++) {
-        if (c->br && i + ahead < n)
+        if (ahead && i + ahead < n)
             prefetch_vec(gr, keel__store_vec(gr->st,
                                              keel__pack_slot(c->res[i + ahead])),
-                         keel__prefetch_into_l1());
+                         l1);
         uint32_t s = keel__pack_slot(c->res[i]);
         c->res[i] = keel__pack(keel__graph_dist(gr, q, keel__store_vec(gr->st, s)),
                                s);
