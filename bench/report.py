@@ -47,6 +47,7 @@ VARIANTS = [
     (("keel", "f32"), "keel"),
     (("keel", "f16"), "keel f16"),
     (("keel", "i8"), "keel i8"),
+    (("keel", "f16i8"), "keel f16 i8"),
     (("hnswlib", "f32"), "hnswlib"),
     (("faiss", "f32"), "FAISS"),
     (("faiss-batch", "f32"), "FAISS batch"),
@@ -55,6 +56,7 @@ VARIANTS = [
     (("keel-warm", "f32"), "keel + warm"),
     (("keel-warm", "f16"), "keel f16 + warm"),
     (("keel-warm", "i8"), "keel i8 + warm"),
+    (("keel-warm", "f16i8"), "keel f16 i8 + warm"),
     # batch reads off (KEEL_BATCH_READS=0): cold starts without the overlap
     (("keel-off", "f32"), "keel, batch reads off"),
     (("keel-warm-off", "f32"), "keel + warm, batch reads off"),
@@ -78,6 +80,9 @@ PAIRS = [
     ("keel i8", "hnswlib"),
     ("keel i8", "FAISS batch"),
     ("keel i8", "keel"),
+    ("keel f16 i8", "hnswlib"),
+    ("keel f16 i8", "FAISS batch"),
+    ("keel f16 i8", "keel i8"),
 ]
 
 
@@ -433,7 +438,7 @@ def section_memory(w, builds):
       "and whatever the build needed at its peak) and the index file, "
       "logical size and blocks on disk. 'vector' is the bytes of one "
       "vector as stored (4 per dimension for f32 and for keel i8, whose "
-      "codes come on top; 2 for f16); the rest is graph, ids and "
+      "codes come on top; 2 for f16 and keel f16 i8); the rest is graph, ids and "
       "overhead.\n")
     w("| data set | engine | vectors | dims | index memory MB | memory "
       "B/vector | file B/vector | on disk B/vector | vector B |")
@@ -716,6 +721,7 @@ def plot(curves, png, out):
         "keel": "lc rgb '#d62728' lw 3 pt 7",
         "keel f16": "lc rgb '#ff7f0e' lw 2 pt 7 dt 2",
         "keel i8": "lc rgb '#8c564b' lw 2 pt 7 dt 4",
+        "keel f16 i8": "lc rgb '#e377c2' lw 2 pt 7 dt 5",
         "hnswlib": "lc rgb '#1f77b4' lw 2 pt 5",
         "FAISS": "lc rgb '#2ca02c' lw 2 pt 9 dt 3",
         "FAISS batch": "lc rgb '#2ca02c' lw 2 pt 9",
@@ -846,7 +852,9 @@ def main():
       "compared with the others' f32 and with FAISS IndexHNSWSQ (fp16); "
       "hnswlib has no f16 storage. keel i8 is keel f32 with int8 "
       "traversal codes (keel_options.codes = KEEL_CODES_I8), compared "
-      "with the others' f32 and with keel. Cosine: hnswlib and FAISS get "
+      "with the others' f32 and with keel; keel f16 i8 is keel f16 with "
+      "the same codes (the fewest bytes per vector), compared with the "
+      "others' f32 and with keel i8. Cosine: hnswlib and FAISS get "
       "normalized vectors and inner product (their own recipe); keel "
       "normalizes itself.%s%s\n" % (
           meta.get("M", "?"), meta.get("efc", "?"), meta.get("threads", "?"),

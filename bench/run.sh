@@ -47,7 +47,9 @@
 #                  hnswlib's 9 and keel's 6, and SQfp16 builds slower)
 #   F16=1          also keel f16 and FAISS IndexHNSWSQ fp16 (0: f32 only)
 #   I8=1           also keel i8: keel f32 with int8 traversal codes
-#                  (keel_options.codes = KEEL_CODES_I8; 0: without it)
+#                  (keel_options.codes = KEEL_CODES_I8; 0: without it),
+#                  and with F16=1 keel f16 i8 (f16 storage with the codes:
+#                  fewer bytes per vector than hnswlib's) on every group
 #   REUSE=1        keep indexes already built in an earlier run into OUT
 #   GLOVE_DIR, FMNIST_DIR, GEN_DIR   data directories (default data/...)
 #   OUT=bench/out/full (smoke: bench/out/smoke)
@@ -245,7 +247,8 @@ esac
 # --- 3-5. per group ----------------------------------------------------------
 
 # The variants of a group: engine:precision (keel:i8 is keel f32 with int8
-# traversal codes). FAISS sits out the generated set unless GEN_FAISS=1.
+# traversal codes, keel:f16i8 keel f16 with them). FAISS sits out the
+# generated set unless GEN_FAISS=1.
 variants_of() {
     faiss=1
     case $1 in
@@ -261,14 +264,16 @@ variants_of() {
         fi ;;
     esac
     if [ "$I8" = 1 ]; then v="$v keel:i8"; fi
+    if [ "$I8" = 1 ] && [ "$F16" = 1 ]; then v="$v keel:f16i8"; fi
     printf '%s\n' "$v"
 }
 
 # The build options of a variant's precision: i8 is f32 storage with int8
-# codes.
+# codes, f16i8 f16 storage with them.
 precision_args() {
     case $1 in
     i8) printf -- '--precision f32 --codes i8\n' ;;
+    f16i8) printf -- '--precision f16 --codes i8\n' ;;
     *) printf -- '--precision %s\n' "$1" ;;
     esac
 }
