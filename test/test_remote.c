@@ -113,17 +113,28 @@ hint_key(const char *url, char *b, char *key, size_t cap, keel_s3 **s3)
     return keel__s3_open(NULL, s3);
 }
 
-/* Searches both handles with the same queries (and params): equal ids and
-** distance bits; 1 if so. */
+/* Searches both handles with the same nq queries (and params): equal ids
+** and distance bits; 1 if so. */
+static int
+same_results_of(keel_index *a, keel_index *b, uint64_t seed,
+                const keel_search_params *p, int nq)
+{
+    float *q = td_random(nq, DIM, seed);
+    int same = td_same_answers(a, b, q, nq, DIM, K, p);
+    free(q);
+    return same;
+}
+
 static int
 same_results(keel_index *a, keel_index *b, uint64_t seed,
              const keel_search_params *p)
 {
-    float *q = td_random(NQ, DIM, seed);
-    int same = td_same_answers(a, b, q, NQ, DIM, K, p);
-    free(q);
-    return same;
+    return same_results_of(a, b, seed, p, NQ);
 }
+
+/* Queries for a reader under the least memory bound (8 MiB), which fetches
+** about a thousand granules a query here: enough to evict and fault. */
+#define NQ_SMALL 8
 
 /* The results of the NQ queries of seed as one hash (for other processes). */
 static uint64_t
@@ -664,7 +675,7 @@ TEST(a_small_memory_cache_gives_the_same_results_and_evicts)
     keel_options o = {.memory_cache_bytes = 1}; /* the least: 8 MiB */
     keel_index *r;
     CHECK_OK(keel_open_reader(url, &o, &r));
-    CHECK(same_results(w, r, 3, NULL));
+    CHECK(same_results_of(w, r, 3, NULL, NQ_SMALL));
     keel_stats rs;
     CHECK_OK(keel_stat(r, &rs));
     printf("     file %llu bytes, memory bound %llu bytes: %llu GETs, "
@@ -1025,7 +1036,7 @@ TEST(looking_ahead_fetches_in_fewer_round_trips_alike)
         CHECK_OK(keel_open_reader(url, &small, &r));
         CHECK_U64(keel__br_remote_ahead(r->st, r->st->g.M0), 0);
         uint64_t f0 = FAULTS(r);
-        CHECK(same_results(w, r, 402, NULL));
+        CHECK(same_results_of(w, r, 402, NULL, NQ_SMALL));
         faults[i] = FAULTS(r) - f0;
         keel_close(r);
     }
