@@ -40,6 +40,8 @@ keel__build_init(keel_builder *b, keel_graph *gr, uint32_t efc)
     b->entry_packed = (uint64_t)l << 32 | e;
 }
 
+int keel__build_measure_all;
+
 static uint32_t
 node_level(const keel_store *st, uint64_t slot)
 {
@@ -95,9 +97,10 @@ link_node(keel_builder *b, const keel_view *v, keel_search_ctx *c,
             continue;
         cur = keel__pack_slot(w[0]);
         uint32_t cap = lv ? gr->M : gr->M0;
+        keel_select_aux aux = {0};
         uint32_t ns = keel__graph_select(gr, slot, q, w, (uint32_t)m, cap,
-                                         c->sel, c->vbuf, c->link.vecs);
-        keel__graph_set_list(gr, slot, lv, c->sel, ns);
+                                         c->sel, c->vbuf, c->link.vecs, &aux);
+        keel__graph_set_list(gr, slot, lv, c->sel, ns, aux.nclosed);
         for (uint32_t i = 0; i < ns && rc == KEEL_OK; i++)
             rc = keel__graph_add_link(gr, c->sel[i], slot, lv, v->limit,
                                       &c->link);
@@ -315,11 +318,21 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
         undo_mark = keel__undo_mark(st);
         ctx->link.journal = &js[0];
     }
+    /* The batch's closed sets (graph.h invariant 4): prunings then measure
+     * the entries a list's own selection chose only against the others.
+     * Without the memory, every entry is measured: the same lists. */
+    if (gr->M0 <= 64 && !keel__build_measure_all) {
+        gr->closed = keel__calloc((size_t)n, sizeof *gr->closed);
+        gr->closed_base = first;
+        gr->closed_n = gr->closed ? n : 0;
+    }
     worker *ws = NULL;
     uint32_t started = 0;
     if (threads > 1) {
         ws = keel__calloc(threads - 1, sizeof *ws);
         if (!ws) {
+            keel__free(gr->closed);
+            gr->closed = NULL;
             ctx->link.journal = NULL;
             keel__free(js);
             keel__free(bt.linked);
@@ -345,6 +358,9 @@ keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
         keel__search_ctx_free(ws[t].ctx);
     }
     keel__free(ws);
+    keel__free(gr->closed);
+    gr->closed = NULL;
+    gr->closed_n = 0;
     keel__free(bt.linked);
     keel__free(shuffled);
     ctx->link.journal = NULL;

@@ -39,4 +39,9 @@ void keel__build_init(keel_builder *b, keel_graph *gr, uint32_t efc);
 int keel__build_link(keel_builder *b, keel_search_ctx *ctx, uint64_t first,
                      uint64_t n, uint32_t threads);
 
+/* For tests: nonzero makes batches keep no closed sets (graph.h invariant
+** 4), so every pruning measures every entry; the lists must come out the
+** same either way. */
+extern int keel__build_measure_all;
+
 #endif /* KEEL_BUILD_H */

@@ -78,7 +78,8 @@ copy_rank(uint64_t base, uint32_t slot)
 uint32_t
 keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
                    const uint64_t *cand, uint32_t n, uint32_t cap,
-                   uint32_t *out, float *buf, const void **kvec)
+                   uint32_t *out, float *buf, const void **kvec,
+                   keel_select_aux *aux)
 {
     uint32_t kept = 0, quarter = (cap + 3) / 4;
     /* Copies of base (the same stored vector: at base's distance from
@@ -102,6 +103,15 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
     uint32_t copy_cap = cap / 2, ncopies = 0, copies = 0;
     for (uint32_t i = 0; i < n; i++)
         ncopies += is_copy(keel__pack_dist(cand[i]), self, near);
+    /* Members of a closed set (keel_select_aux) are measured only against
+     * kept non-members (ovecs[0..nother)): against members they passed
+     * when the set was chosen, and distances are bit-identical every time
+     * (dist.h invariant 2; both kernels are symmetric in their operands).
+     * Copies follow rules of their own: with any, every candidate is
+     * measured. */
+    const uint8_t *member = aux && ncopies == 0 ? aux->member : NULL;
+    const void **ovecs = member ? aux->ovecs : NULL;
+    uint32_t nother = 0;
     /* Past copy_cap copies, the copy_cap-th lowest rank among them (a
      * selection by repeated minimum: copy_cap passes over the candidates,
      * only for a node with that many copies). */
@@ -124,26 +134,37 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
         if (copy && (copies == copy_cap ||
                      (ncopies > copy_cap && copy_rank(base, c) > limit)))
             continue;
-        const float *cv = keel__graph_vec_f32(gr, c, buf);
+        int in = member && member[i];
+        const void **against = in ? ovecs : kvec;
+        uint32_t nagainst = in ? nother : kept;
         int good = 1;
         /* Against the kept ones four at a time: most candidates are turned
          * down by one of the first few. A copy next to copies alone is
          * kept, as an exact one passes against them (near ones, which
          * rounding left apart, would be turned down at random). */
-        for (uint32_t j = copy && copies == kept ? kept : 0; j < kept && good;
-             j += 4) {
-            float d4[4];
-            uint32_t m = KEEL_MIN(4u, kept - j);
-            keel__graph_dist_group(gr, cv, kvec + j, m, d4);
-            for (uint32_t t = 0; t < m; t++)
-                good &= d4[t] >= dc;
+        uint32_t j = copy && copies == kept ? kept : 0;
+        if (j < nagainst) {
+            const float *cv = keel__graph_vec_f32(gr, c, buf);
+            for (; j < nagainst && good; j += 4) {
+                float d4[4];
+                uint32_t m = KEEL_MIN(4u, nagainst - j);
+                keel__graph_dist_group(gr, cv, against + j, m, d4);
+                for (uint32_t t = 0; t < m; t++)
+                    good &= d4[t] >= dc;
+            }
         }
         if (good) {
             copies += copy;
             kvec[kept] = keel__store_vec(gr->st, c);
+            if (ovecs && !in)
+                ovecs[nother++] = kvec[kept];
+            if (aux && aux->idx)
+                aux->idx[kept] = i;
             out[kept++] = c;
         }
     }
+    if (aux)
+        aux->nclosed = kept;
     /* Colinear or clustered data can leave a node with two diverse
      * neighbours; a quarter of the list keeps such chains connected. */
     for (uint32_t i = 0; i < n && kept < quarter; i++) {
@@ -153,8 +174,11 @@ keel__graph_select(const keel_graph *gr, uint64_t base, const float *q,
         int have = 0;
         for (uint32_t j = 0; j < kept && !have; j++)
             have = out[j] == c;
-        if (!have)
-            out[kept++] = c;
+        if (have)
+            continue;
+        if (aux && aux->idx)
+            aux->idx[kept] = i;
+        out[kept++] = c;
     }
     return kept;
 }
@@ -177,9 +201,20 @@ keel__spin_unlock(uint32_t *l)
     __atomic_store_n(l, 0u, __ATOMIC_RELEASE);
 }
 
+/* The closed-set bits of slot's list at level (invariant 4), or NULL when
+** none are kept for it. */
+static uint64_t *
+closed_bits(const keel_graph *gr, uint64_t slot, uint32_t level)
+{
+    if (!gr->closed || level != 0 || slot < gr->closed_base ||
+        slot - gr->closed_base >= gr->closed_n)
+        return NULL;
+    return &gr->closed[slot - gr->closed_base];
+}
+
 void
 keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
-                     const uint32_t *nb, uint32_t n)
+                     const uint32_t *nb, uint32_t n, uint32_t nclosed)
 {
     uint32_t len;
     uint32_t *list = keel__store_list(gr->st, slot, level, &len);
@@ -189,40 +224,50 @@ keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
     keel__spin_lock(lock);
     for (uint32_t j = 0; j < len; j++)
         KEEL_STORE_RELAXED(&list[j], j < n ? nb[j] : KEEL_EMPTY);
+    uint64_t *bits = closed_bits(gr, slot, level);
+    if (bits)
+        *bits = nclosed >= 64 ? ~0ull : ((uint64_t)1 << nclosed) - 1;
     keel__spin_unlock(lock);
 }
 
-/* Rewrites list (len positions) to hold exactly keep[0..nk), keeping the
-** positions of entries that stay (invariant 2). */
-static void
-rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep, uint32_t nk,
-             uint8_t *flags)
+/* Rewrites a full list (len positions) to hold the selection's nk choices
+** (candidate indexes idx[0..nk), candidate i from position pos[i], len for
+** the newcomer), keeping the positions of entries that stay (invariant 2):
+** each in one pass, no matching of entries. Returns the positions of the
+** first nclosed choices as bits. stays: len bytes of scratch. */
+static uint64_t
+rewrite_list(uint32_t *list, uint32_t len, const uint32_t *keep,
+             const uint32_t *idx, uint32_t nk, uint32_t nclosed,
+             const uint32_t *pos, uint8_t *stays)
 {
-    uint8_t *stays = flags, *placed = flags + len;
-    memset(placed, 0, nk);
-    for (uint32_t j = 0; j < len; j++) {
-        uint32_t e = KEEL_LOAD_RELAXED(&list[j]);
-        stays[j] = 0;
-        for (uint32_t i = 0; i < nk; i++)
-            if (!placed[i] && keep[i] == e) {
-                stays[j] = placed[i] = 1;
-                break;
-            }
+    memset(stays, 0, len);
+    uint64_t bits = 0;
+    uint32_t newcomer = KEEL_EMPTY; /* its rank among the choices */
+    for (uint32_t t = 0; t < nk; t++) {
+        uint32_t p = pos[idx[t]];
+        if (p == len) {
+            newcomer = t;
+            continue;
+        }
+        stays[p] = 1;
+        if (t < nclosed && p < 64)
+            bits |= (uint64_t)1 << p;
     }
-    uint32_t next = 0;
     for (uint32_t j = 0; j < len; j++) {
         if (stays[j])
             continue;
-        while (next < nk && placed[next])
-            next++;
-        if (next < nk) {
-            KEEL_STORE_RELAXED(&list[j], keep[next]);
-            placed[next] = stays[j] = 1;
+        if (newcomer != KEEL_EMPTY) {
+            KEEL_STORE_RELAXED(&list[j], keep[newcomer]);
+            if (newcomer < nclosed && j < 64)
+                bits |= (uint64_t)1 << j;
+            stays[j] = 1;
+            newcomer = KEEL_EMPTY;
         }
     }
     for (uint32_t j = 0; j < len; j++)
         if (!stays[j])
             KEEL_STORE_RELAXED(&list[j], KEEL_EMPTY);
+    return bits;
 }
 
 static int
@@ -339,8 +384,11 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
         if ((e == KEEL_EMPTY || e >= limit) && free_pos == KEEL_EMPTY)
             free_pos = j;
     }
+    uint64_t *bits = closed_bits(gr, to, level);
     if (free_pos != KEEL_EMPTY) {
         KEEL_STORE_RELAXED(&list[free_pos], (uint32_t)from);
+        if (bits && free_pos < 64)
+            *bits &= ~((uint64_t)1 << free_pos);
         goto done;
     }
     /* Full: choose the best len of the current entries and the new one. */
@@ -354,19 +402,33 @@ keel__graph_add_link(keel_graph *gr, uint64_t to, uint64_t from,
     s->keep[n] = (uint32_t)from;
     s->vecs[n++] = keel__store_vec(gr->st, from);
     keel__graph_dist_group(gr, tv, s->vecs, n, s->dists);
-    for (uint32_t j = 0; j < n; j++)
+    for (uint32_t j = 0; j < n; j++) {
         s->cand[j] = keel__pack(s->dists[j], s->keep[j]);
-    /* Insertion sort: n is at most 2M + 1. */
+        s->pos[j] = j;
+    }
+    /* Insertion sort, positions alongside: n is at most 2M + 1. */
     for (uint32_t i = 1; i < n; i++) {
         uint64_t x = s->cand[i];
-        uint32_t j = i;
-        for (; j > 0 && s->cand[j - 1] > x; j--)
+        uint32_t xp = s->pos[i], j = i;
+        for (; j > 0 && s->cand[j - 1] > x; j--) {
             s->cand[j] = s->cand[j - 1];
+            s->pos[j] = s->pos[j - 1];
+        }
         s->cand[j] = x;
+        s->pos[j] = xp;
     }
+    uint8_t *member = s->flags, *stays = s->flags + n;
+    uint64_t was = bits ? *bits : 0;
+    for (uint32_t i = 0; i < n; i++)
+        member[i] = s->pos[i] < 64 && (was >> s->pos[i] & 1);
+    keel_select_aux aux = {.member = was ? member : NULL,
+                           .ovecs = s->ovecs, .idx = s->idx};
     uint32_t nk = keel__graph_select(gr, to, tv, s->cand, n, len, s->keep,
-                                     s->cbuf, s->vecs);
-    rewrite_list(list, len, s->keep, nk, s->flags);
+                                     s->cbuf, s->vecs, &aux);
+    uint64_t now = rewrite_list(list, len, s->keep, s->idx, nk, aux.nclosed,
+                                s->pos, stays);
+    if (bits)
+        *bits = now;
 done:
     keel__spin_unlock(lock);
     return rc;

@@ -12,6 +12,12 @@
 **       both the old and the new list.
 **   (3) A list is changed only by a thread holding its node's stripe lock
 **       (keel_graph.stripes), and a thread holds one stripe lock at a time.
+**   (4) A list's closed set (keel_graph.closed) is entries that the
+**       heuristic kept against each other: for any two members, the one
+**       farther from the node is nearer to the node than to the other. A
+**       selection (keel__graph_select) leaves its heuristic's choices as
+**       one; an entry added to a list that is not full is not a member, and
+**       a position that changes loses its bit.
 */
 #ifndef KEEL_GRAPH_H
 #define KEEL_GRAPH_H
@@ -33,6 +39,12 @@ typedef struct keel_graph {
     double level_mult;        /* 1 / ln(M) */
     uint32_t stripes[KEEL_STRIPES]; /* spin locks, one per slot % KEEL_STRIPES */
     uint32_t entry_lock;
+    /* A batch build's closed sets (build.c; NULL outside one, or with M0 >
+     * 64): bit j of closed[slot - closed_base] is set when position j of
+     * the slot's level-0 list holds a member of its closed set. Read and
+     * written under the slot's stripe lock (invariant 4). */
+    uint64_t *closed;
+    uint64_t closed_base, closed_n;
 } keel_graph;
 
 void keel__graph_init(keel_graph *gr, keel_store *st);
@@ -106,6 +118,21 @@ uint32_t keel__graph_level(const keel_graph *gr, uint64_t slot);
 const float *keel__graph_vec_f32(const keel_graph *gr, uint64_t slot,
                                  float *buf);
 
+/* What a selection knows and tells beyond its choices (all optional).
+** member[i] (n flags, or NULL): cand[i] is in the closed set of the list
+** being pruned (invariant 4), so it passed the heuristic against every
+** other member nearer to base and is measured only against kept
+** non-members; the choices are the same as without the flags. ovecs: cap
+** pointers of scratch, needed with member. idx (cap, or NULL): the index
+** in cand of each choice. nclosed: how many of the choices (the first ones)
+** the heuristic made, before the quarter fill. */
+typedef struct keel_select_aux {
+    const uint8_t *member;
+    const void **ovecs;
+    uint32_t *idx;
+    uint32_t nclosed;
+} keel_select_aux;
+
 /* Selects up to cap neighbours for slot base (its vector q, as f32) from
 ** cand[0..n), packed entries sorted ascending by distance to base: keep a
 ** candidate only if it is nearer to base than to every one kept so far; if
@@ -116,11 +143,13 @@ const float *keel__graph_vec_f32(const keel_graph *gr, uint64_t slot,
 uint32_t keel__graph_select(const keel_graph *gr, uint64_t base,
                             const float *q, const uint64_t *cand, uint32_t n,
                             uint32_t cap, uint32_t *out, float *buf,
-                            const void **kvec);
+                            const void **kvec, keel_select_aux *aux);
 
-/* Writes a new node's list at level (under its stripe lock). */
+/* Writes a new node's list at level (under its stripe lock); its first
+** nclosed entries are the heuristic's choices (keel_select_aux), the list's
+** closed set (invariant 4). */
 void keel__graph_set_list(keel_graph *gr, uint64_t slot, uint32_t level,
-                          const uint32_t *nb, uint32_t n);
+                          const uint32_t *nb, uint32_t n, uint32_t nclosed);
 
 /* What an add call needs to give back the lists it changed of nodes that
 ** existed before it (build.c), one per linking thread: before the call's
@@ -147,6 +176,8 @@ typedef struct keel_link_scratch {
     uint32_t *keep;   /* M0 + 1 */
     uint8_t *flags;   /* 2 * M0 */
     const void **vecs; /* M0 + 1 */
+    const void **ovecs; /* M0 + 1 */
+    uint32_t *pos, *idx; /* M0 + 1 each */
     float *dists;     /* M0 + 1 */
     float *vbuf, *cbuf; /* dim each */
     keel_journal *journal; /* the call's, or NULL */

@@ -59,6 +59,9 @@ keel__search_ctx_new(const keel_graph *gr)
     c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     c->link.flags = keel__malloc(2 * (size_t)gr->M0 + 2);
     c->link.vecs = keel__malloc((gr->M0 + 2) * sizeof *c->link.vecs);
+    c->link.ovecs = keel__malloc((gr->M0 + 2) * sizeof *c->link.ovecs);
+    c->link.pos = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
+    c->link.idx = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
     c->link.dists = keel__malloc((gr->M0 + 2) * sizeof *c->link.dists);
     c->link.vbuf = keel__malloc(gr->dim * sizeof(float));
     c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
@@ -67,7 +70,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->bwant = keel__malloc(BR_WANT_LISTS * ((size_t)gr->M0 + 1) *
                             sizeof *c->bwant);
     if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->cq.tmp || !c->link.cand || !c->link.keep ||
-        !c->link.flags || !c->link.vecs || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
+        !c->link.flags || !c->link.vecs || !c->link.ovecs || !c->link.pos || !c->link.idx || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
         keel__search_ctx_free(c);
         return NULL;
     }
@@ -94,6 +97,9 @@ keel__search_ctx_free(keel_search_ctx *c)
     keel__free(c->link.keep);
     keel__free(c->link.flags);
     keel__free(c->link.vecs);
+    keel__free(c->link.ovecs);
+    keel__free(c->link.pos);
+    keel__free(c->link.idx);
     keel__free(c->link.dists);
     keel__free(c->link.vbuf);
     keel__free(c->link.cbuf);
