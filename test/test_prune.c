@@ -88,35 +88,30 @@ prune_case(keel_metric metric, keel_precision prec, keel_codes codes,
     CHECK_OK(keel_close(ib));
 }
 
-TEST(l2_f32_prunes_as_when_measuring_all)
-{
-    prune_case(KEEL_L2, KEEL_F32, KEEL_CODES_NONE, 0, 0);
-}
+/* Each case: metric, precision, codes, two batches, copies among them. */
+static const struct prune_setup {
+    const char *name;
+    keel_metric metric;
+    keel_precision prec;
+    keel_codes codes;
+    int split, copies;
+} setups[] = {
+    {"L2 f32", KEEL_L2, KEEL_F32, KEEL_CODES_NONE, 0, 0},
+    {"cosine f32 with codes", KEEL_COSINE, KEEL_F32, KEEL_CODES_I8, 0, 0},
+    {"cosine f16", KEEL_COSINE, KEEL_F16, KEEL_CODES_NONE, 0, 0},
+    {"IP f32", KEEL_IP, KEEL_F32, KEEL_CODES_NONE, 0, 0},
+    {"L2 with codes, a second batch", KEEL_L2, KEEL_F32, KEEL_CODES_I8, 1, 0},
+    {"cosine with copies", KEEL_COSINE, KEEL_F32, KEEL_CODES_NONE, 0, 1},
+    {"L2 with copies", KEEL_L2, KEEL_F32, KEEL_CODES_NONE, 0, 1},
+};
 
-TEST(cosine_f32_codes_prunes_as_when_measuring_all)
+TEST(every_setup_prunes_as_when_measuring_all)
 {
-    prune_case(KEEL_COSINE, KEEL_F32, KEEL_CODES_I8, 0, 0);
-}
-
-TEST(cosine_f16_prunes_as_when_measuring_all)
-{
-    prune_case(KEEL_COSINE, KEEL_F16, KEEL_CODES_NONE, 0, 0);
-}
-
-TEST(ip_prunes_as_when_measuring_all)
-{
-    prune_case(KEEL_IP, KEEL_F32, KEEL_CODES_NONE, 0, 0);
-}
-
-TEST(second_batch_prunes_as_when_measuring_all)
-{
-    prune_case(KEEL_L2, KEEL_F32, KEEL_CODES_I8, 1, 0);
-}
-
-TEST(batch_with_copies_prunes_as_when_measuring_all)
-{
-    prune_case(KEEL_COSINE, KEEL_F32, KEEL_CODES_NONE, 0, 1);
-    prune_case(KEEL_L2, KEEL_F32, KEEL_CODES_NONE, 0, 1);
+    for (size_t i = 0; i < sizeof setups / sizeof setups[0]; i++) {
+        const struct prune_setup *u = &setups[i];
+        printf("     %s\n", u->name);
+        prune_case(u->metric, u->prec, u->codes, u->split, u->copies);
+    }
 }
 
 TEST_MAIN()
