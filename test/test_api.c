@@ -221,32 +221,6 @@ nothing(uint64_t id, void *arg)
     return 0;
 }
 
-/* The exact k nearest of q among the ids `allowed` says yes to. */
-static void
-brute(const float *v, size_t n, const float *q, int (*ok)(uint64_t, void *),
-      size_t k, uint64_t *out)
-{
-    float best[64];
-    for (size_t j = 0; j < k; j++)
-        best[j] = INFINITY, out[j] = UINT64_MAX;
-    for (size_t i = 0; i < n; i++) {
-        int calls = 0;
-        if (!ok(i, &calls))
-            continue;
-        float d = 0;
-        for (int c = 0; c < DIM; c++)
-            d += (v[i * DIM + c] - q[c]) * (v[i * DIM + c] - q[c]);
-        for (size_t j = 0; j < k; j++)
-            if (d < best[j]) {
-                memmove(best + j + 1, best + j, (k - j - 1) * sizeof *best);
-                memmove(out + j + 1, out + j, (k - j - 1) * sizeof *out);
-                best[j] = d;
-                out[j] = i;
-                break;
-            }
-    }
-}
-
 TEST(filters_allow_lists_and_callbacks)
 {
     float *v = td_random(2000, DIM, 6), *q = td_random(10, DIM, 7);
@@ -277,7 +251,9 @@ TEST(filters_allow_lists_and_callbacks)
         CHECK_EQ(n, 10);
         CHECK(calls > 0);
         uint64_t want[10];
-        brute(v, 2000, q + t * DIM, odd_only, 10, want);
+        int brute_calls = 0;
+        td_exact_knn(v, 2000, DIM, q + t * DIM, 10, odd_only, &brute_calls,
+                     want);
         int hits = 0;
         for (size_t j = 0; j < n; j++) {
             CHECK(r[j].id & 1);

@@ -487,25 +487,11 @@ batch_recall(const char *path, uint32_t threads, const float *v, size_t n,
         keel_result r[10];
         size_t found;
         rc = keel_search(idx, q + i * 16, 10, &p, r, &found);
-        /* The true 10 nearest, by a scan. */
-        float best[10];
-        for (int k = 0; k < 10; k++)
-            best[k] = INFINITY;
-        for (size_t j = 0; j < n; j++) {
-            float d = 0;
-            for (int c = 0; c < 16; c++) {
-                float t = q[i * 16 + c] - v[j * 16 + c];
-                d += t * t;
-            }
-            for (int k = 0; k < 10; k++)
-                if (d < best[k]) {
-                    memmove(best + k + 1, best + k, (9 - k) * sizeof *best);
-                    best[k] = d;
-                    break;
-                }
-        }
+        uint64_t want[10];
+        td_exact_knn(v, n, 16, q + i * 16, 10, NULL, NULL, want);
         for (size_t k = 0; k < found && !rc; k++)
-            hits += r[k].distance * r[k].distance <= best[9] * 1.0001f;
+            for (int j = 0; j < 10; j++)
+                hits += r[k].id == want[j];
     }
     if (keel_close(idx) || rc)
         return -1;

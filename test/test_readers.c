@@ -149,20 +149,7 @@ committed_recall(keel_index *r, const float *base, uint64_t n,
     for (int q = 0; q < nq; q++) {
         const float *qv = qs + q * DIM;
         uint64_t best[10];
-        double bd[10];
-        for (int j = 0; j < 10; j++)
-            bd[j] = INFINITY, best[j] = UINT64_MAX;
-        for (uint64_t i = 0; i < n; i++) {
-            double d = td_l2sq(base + i * DIM, qv, DIM);
-            for (int j = 0; j < 10; j++)
-                if (d < bd[j]) {
-                    memmove(bd + j + 1, bd + j, (9 - j) * sizeof *bd);
-                    memmove(best + j + 1, best + j, (9 - j) * sizeof *best);
-                    bd[j] = d;
-                    best[j] = i;
-                    break;
-                }
-        }
+        td_exact_knn(base, (size_t)n, DIM, qv, 10, NULL, NULL, best);
         keel_result res[10];
         size_t got;
         keel_search_params p = {.ef = 64};

@@ -1,6 +1,7 @@
 /* testdata.c -- test helpers: loading the GloVe slice, recall, fixtures. */
 #include "testdata.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,29 @@ td_l2sq(const float *a, const float *b, uint32_t dim)
     for (uint32_t c = 0; c < dim; c++)
         s += ((double)a[c] - b[c]) * ((double)a[c] - b[c]);
     return s;
+}
+
+void
+td_exact_knn(const float *base, size_t n, uint32_t dim, const float *q,
+             size_t k, int (*allow)(uint64_t, void *), void *arg,
+             uint64_t *out)
+{
+    double best[64];
+    for (size_t j = 0; j < k; j++)
+        best[j] = INFINITY, out[j] = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (allow && !allow(i, arg))
+            continue;
+        double d = td_l2sq(base + i * dim, q, dim);
+        for (size_t j = 0; j < k; j++)
+            if (d < best[j]) {
+                memmove(best + j + 1, best + j, (k - j - 1) * sizeof *best);
+                memmove(out + j + 1, out + j, (k - j - 1) * sizeof *out);
+                best[j] = d;
+                out[j] = i;
+                break;
+            }
+    }
 }
 
 static double

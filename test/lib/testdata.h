@@ -68,4 +68,10 @@ void td_vec_of(uint64_t id, uint32_t dim, float *out);
 void td_vec_embed(uint64_t id, uint32_t dim, float *out);
 /* Squared Euclidean distance, in double. */
 double td_l2sq(const float *a, const float *b, uint32_t dim);
+/* The k rows of base (n rows of dim floats) nearest q by td_l2sq, as row
+** numbers, nearest first, among the rows allow(row, arg) says yes to (allow
+** NULL: every row); UINT64_MAX past the rows there are. k <= 64. */
+void td_exact_knn(const float *base, size_t n, uint32_t dim, const float *q,
+                  size_t k, int (*allow)(uint64_t, void *), void *arg,
+                  uint64_t *out);
 #endif /* KEEL_TESTDATA_H */
