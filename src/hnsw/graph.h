@@ -174,7 +174,7 @@ typedef struct keel_journal {
 typedef struct keel_link_scratch {
     uint64_t *cand;   /* M0 + 1 */
     uint32_t *keep;   /* M0 + 1 */
-    uint8_t *flags;   /* 2 * M0 */
+    uint8_t *flags;   /* 2 * M0 + 2: a pruning's member and stays flags */
     const void **vecs; /* M0 + 1 */
     const void **ovecs; /* M0 + 1 */
     uint32_t *pos, *idx; /* M0 + 1 each */
