@@ -20,7 +20,7 @@
 # OUT (bench/out/compare), BUILD (build). BENCH_CLOCK=cpu (the default
 # here) times the sweeps in CPU time (bench_common.h): on a shared machine
 # wall-clock QPS moves with the other tenants' load. CODES (i8: keel's
-# traversal codes; none) and PRECISION (f32; f16: half the bytes of stored
+# traversal codes; i4: 4-bit ones; none) and PRECISION (f32; f16: half the bytes of stored
 # vector) for keel's builds; hnswlib always stores f32. REUSE keeps an
 # index whatever precision it was built with (its .build.json says).
 # BENCH_HUGE=1: keel opens its

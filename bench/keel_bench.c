@@ -1,7 +1,7 @@
 /* keel_bench.c -- keel's side of the benchmark (bench/run.sh drives it).
 **
 **   keel_bench build INDEX BASE.fvecs [--metric l2|cosine]
-**                    [--precision f32|f16] [--codes none|i8] [-M 16]
+**                    [--precision f32|f16] [--codes none|i8|i4] [-M 16]
 **                    [--efc 200] [--threads T] [--label L]
 **   keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef 16,24,...]
 **                    [--rounds R] [--min-time S] [--k 10] [--label L]
@@ -25,7 +25,7 @@
 **   keel_stat; bytes this process sent to storage from /proc/self/io
 **   (write_bytes: pages it dirtied, through the mapping or write()).
 **   --codes i8 sets keel_options.codes = KEEL_CODES_I8 (int8 traversal
-**   codes) when the file is created.
+**   codes) when the file is created, --codes i4 KEEL_CODES_I4 (4-bit).
 ** mt: every core. keel_open_reader with KEEL_WARM and threads = T (default
 **   every core), then bench_common.h's bench_sweep_mt: each call is one
 **   keel_search_batch of the whole query set, which keel runs on T threads.
@@ -168,7 +168,7 @@ static void
 usage(void)
 {
     fputs("usage: keel_bench build INDEX BASE.fvecs [--metric l2|cosine] "
-          "[--precision f32|f16] [--codes none|i8] [-M 16] [--efc 200] "
+          "[--precision f32|f16] [--codes none|i8|i4] [-M 16] [--efc 200] "
           "[--threads T] [--label L]\n"
           "       keel_bench sweep INDEX QUERIES.fvecs GT.ivecs [--ef LIST] "
           "[--rounds R] [--min-time S] [--k 10] [--label L]\n"
@@ -290,6 +290,8 @@ cmd_build(const opts *o)
         usage();
     if (strcmp(o->codes, "i8") == 0)
         opt.codes = KEEL_CODES_I8;
+    else if (strcmp(o->codes, "i4") == 0)
+        opt.codes = KEEL_CODES_I4;
     else if (strcmp(o->codes, "none") != 0)
         usage();
     opt.max_connections = o->M;

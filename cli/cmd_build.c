@@ -111,8 +111,10 @@ parse_codes(const char *s, keel_codes *out)
         *out = KEEL_CODES_NONE;
     else if (strcmp(s, "i8") == 0)
         *out = KEEL_CODES_I8;
+    else if (strcmp(s, "i4") == 0)
+        *out = KEEL_CODES_I4;
     else
-        return cli_usage("build", "give --codes none or i8",
+        return cli_usage("build", "give --codes none, i8 or i4",
                          "--codes '%s' is not a kind of traversal codes keel "
                          "knows", s);
     return CLI_OK;

@@ -47,10 +47,11 @@ static const struct command commands[] = {
      "  --metric l2|cosine|ip  distance of a new index (default l2);\n"
      "                         euclidean, angular and dot name them too\n"
      "  --precision f32|f16    storage of a new index (default f32)\n"
-     "  --codes none|i8        traversal codes of a new index (default\n"
+     "  --codes none|i8|i4     traversal codes of a new index (default\n"
      "                         none): i8 searches faster at equal recall\n"
      "                         for 16 + dimensions more bytes per vector,\n"
-     "                         rounded up to 64\n"
+     "                         rounded up to 64; i4 reads half of that\n"
+     "                         (for long vectors)\n"
      "  -M N                   links per node of a new index, 2..32767\n"
      "                         (default 16)\n"
      "  --ef-construction N    search width while linking (default 200)\n"
@@ -671,6 +672,8 @@ cli_codes_name(keel_codes c)
         return "none";
     case KEEL_CODES_I8:
         return "i8";
+    case KEEL_CODES_I4:
+        return "i4";
     }
     return "unknown";
 }

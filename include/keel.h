@@ -95,8 +95,16 @@ typedef enum { KEEL_F32 = 0, KEEL_F16 = 1 } keel_precision;
 /* Traversal codes: a compact copy of every vector that searches walk the
 ** graph on, the stored vectors then giving the returned distances exactly.
 ** KEEL_CODES_I8: one signed byte per dimension and 16 bytes of scale per
-** vector (the row rounded up to 64 bytes), fixed when the file is created. */
-typedef enum { KEEL_CODES_NONE = 0, KEEL_CODES_I8 = 1 } keel_codes;
+** vector (the row rounded up to 64 bytes). KEEL_CODES_I4: four bits per
+** dimension (fifteen steps; the row 16 + 16 ceil(dim / 32) bytes rounded up
+** to 64), half the bytes a walk reads at a slightly coarser distance: for
+** long vectors, where a search waits on reading rows. Fixed when the file is
+** created. */
+typedef enum {
+    KEEL_CODES_NONE = 0,
+    KEEL_CODES_I8 = 1,
+    KEEL_CODES_I4 = 2
+} keel_codes;
 
 /* keel_options.flags */
 #define KEEL_WARM       1u /* read the index into memory in the background */
@@ -134,8 +142,9 @@ typedef struct keel_options {
     keel_codes codes;         /* a new file: KEEL_CODES_I8 walks searches on
                                  int8 codes (faster at equal recall, for a
                                  row of 16 + dim bytes rounded up to 64 per
-                                 vector: 128 at 100 dimensions, 832 at 784);
-                                 fixed at creation like precision */
+                                 vector: 128 at 100 dimensions, 832 at 784),
+                                 KEEL_CODES_I4 on 4-bit codes (448 bytes at
+                                 784); fixed at creation like precision */
 } keel_options;
 
 /* One search result. distance is the true distance: Euclidean (not squared)

@@ -606,9 +606,24 @@ awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
     fail "the i8 index reports other distances: $(head -3 "$T/baddist")"
 ok "build --codes i8: info says i8, check passes, recall@10 $recall, exact distances"
 
+expect 0 "build --codes i4" build "$T/codes4.keel" "$BASE" --codes i4
+expect 0 "info of the i4 index" info "$T/codes4.keel"
+[ "$(field codes)" = i4 ] || fail "info codes is '$(field codes)', not i4"
+expect 0 "check of the i4 index" check "$T/codes4.keel"
+expect 0 "search the i4 index" search "$T/codes4.keel" "$QUERY" -k 10 \
+    --truth "$TRUTH" --out "$T/codes4.tsv"
+recall=$(field 'recall@10')
+at_least "$recall" 0.95 || fail "recall@10 with codes i4 is '$recall'"
+awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
+    ($1 " " $3) in d { n++; if (d[$1 " " $3] != $4) { print; bad = 1 } }
+    END { if (n < 900) { print "only " n " pairs in common"; bad = 1 }
+          exit bad }' "$T/nocodes.tsv" "$T/codes4.tsv" >"$T/baddist" ||
+    fail "the i4 index reports other distances: $(head -3 "$T/baddist")"
+ok "build --codes i4: info says i4, check passes, recall@10 $recall, exact distances"
+
 expect 2 "build --codes bogus" build "$T/bogus.keel" "$T/three.fvecs" --codes bogus
 grep -q "'bogus'" "$T/err" || fail "--codes bogus does not name the value"
-grep -q 'help: give --codes none or i8' "$T/err" ||
+grep -q 'help: give --codes none, i8 or i4' "$T/err" ||
     fail "--codes bogus does not say which values there are"
 [ ! -e "$T/bogus.keel" ] || fail "a build with --codes bogus created the index"
 ok "--codes bogus exits 2, naming the value, with a help line"

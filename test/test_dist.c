@@ -95,6 +95,7 @@ TEST(tables_listed)
             CHECK(all[i]->l2sq4[p] && all[i]->dot4[p]);
         }
         CHECK(all[i]->code_dot != NULL);
+        CHECK(all[i]->code4_dot != NULL);
     }
     CHECK(getenv("KEEL_KERNELS") || k == all[0]);
     CHECK_EQ(found, 1);
@@ -183,6 +184,46 @@ TEST(code_dot_is_exact_in_every_table)
             for (size_t t = 0; t < nt; t++) {
                 int32_t got = all[t]->code_dot(qu + off, c + off, dim);
                 CHECK_MSG(got == ref, "%s code_dot dim %u trial %d: %d vs %lld",
+                          all[t]->name, dim, trial, got, (long long)ref);
+            }
+        }
+    }
+}
+
+/* code4_dot: the exact sum over dimensions of query byte times nibble, in
+** every table, at every dim from 1 to 70 and the big ones, with the packed
+** nibbles past dim random (the query's zeros past dim cancel them), at the
+** extremes (255 x 15) and off alignment by one. */
+TEST(code4_dot_is_exact_in_every_table)
+{
+    size_t nt = 0;
+    const keel_kernels *const *all = keel__kernels_all(&nt);
+    static uint8_t qu[MAX_DIM + 64];
+    static uint8_t c[MAX_DIM / 2 + 64];
+    uint64_t rs = 11;
+    for (int trial = 0; trial < 3; trial++) {
+        uint32_t dim;
+        for (size_t d = 0; (dim = dim_at(d)) != 0; d++) {
+            size_t off = (size_t)(trial & 1);
+            uint32_t padded = (dim + 31) / 32 * 32;
+            for (uint32_t i = 0; i < padded; i++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                qu[off + i] = i >= dim ? 0 : trial == 2 ? 255 : (uint8_t)(rs >> 33);
+            }
+            for (uint32_t i = 0; i < padded / 2; i++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                c[off + i] = trial == 2 ? 0xFF : (uint8_t)(rs >> 40);
+            }
+            int64_t ref = 0;
+            for (uint32_t i = 0; i < dim; i++) {
+                uint8_t byte = c[off + i / 32 * 16 + i % 16];
+                int nib = i % 32 < 16 ? (byte & 15) : (byte >> 4);
+                ref += (int64_t)qu[off + i] * nib;
+            }
+            for (size_t t = 0; t < nt; t++) {
+                int32_t got = all[t]->code4_dot(qu + off,
+                                                (const int8_t *)(c + off), dim);
+                CHECK_MSG(got == ref, "%s code4_dot dim %u trial %d: %d vs %lld",
                           all[t]->name, dim, trial, got, (long long)ref);
             }
         }

@@ -21,7 +21,7 @@ _Metric = Literal["l2", "cosine", "ip", "euclidean", "euclid", "cos",
                   "angular", "dot", "inner_product", "innerproduct"]
 _Precision = Union[Literal["f32", "f16", "float32", "float16", "full",
                            "single", "half"], Any]
-_Codes = Literal["none", "i8"]
+_Codes = Literal["none", "i8", "i4"]
 _Self = TypeVar("_Self", bound="VectorIndex")
 
 def strerror(code: int) -> str: ...
@@ -50,7 +50,8 @@ class IndexOptions:
     cache_bytes: Optional[int]
     memory_cache_bytes: Optional[int]
     # Traversal codes, fixed when the file is created: "i8" walks searches
-    # on an int8 copy of each vector (exact distances still returned).
+    # on an int8 copy of each vector, "i4" on a 4-bit one (exact distances
+    # still returned).
     codes: str
     def __init__(self, max_connections: int = ..., ef_construction: int = ...,
                  ef_search: int = ..., metric: _Metric = ...,

@@ -80,8 +80,9 @@ class VectorIndex(_keel.Index):
     new file; an existing file keeps its own, those not named are taken
     from it and naming others raises OptionsMismatchError. codes="i8" makes
     searches walk the graph on an int8 copy of each vector (faster at the
-    same recall, 16 + dimensions bytes rounded up to 64 more per vector);
-    the distances they return stay exact. The page cache options (cache_dir, cache_bytes,
+    same recall, 16 + dimensions bytes rounded up to 64 more per vector),
+    codes="i4" on a 4-bit copy (half the bytes, for long vectors); the
+    distances they return stay exact. The page cache options (cache_dir, cache_bytes,
     memory_cache_bytes) belong to readers of published indexes: set (not
     None) for a writer or a reader of a file, they raise
     InvalidArgumentError.

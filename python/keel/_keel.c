@@ -242,7 +242,7 @@ typedef struct {
 
 static const char *const metric_names[] = {"l2", "cosine", "ip"};
 static const char *const precision_names[] = {"f32", "f16"};
-static const char *const codes_names[] = {"none", "i8"};
+static const char *const codes_names[] = {"none", "i8", "i4"};
 
 static PyObject *
 index_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -714,7 +714,7 @@ index_open(IndexObject *self, PyObject *args)
     self->remote = remote;
     self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
     self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
-    self->codes = st.codes <= KEEL_CODES_I8 ? (int)st.codes : 0;
+    self->codes = st.codes <= KEEL_CODES_I4 ? (int)st.codes : 0;
     pthread_rwlock_unlock(&self->lock);
     Py_RETURN_NONE;
 }
@@ -1477,7 +1477,7 @@ index_stats(IndexObject *self, PyObject *unused)
         "metric", metric_names[st.metric <= KEEL_IP ? st.metric : 0],
         "precision", precision_names[st.precision <= KEEL_F16 ? st.precision
                                                                 : 0],
-        "codes", codes_names[st.codes <= KEEL_CODES_I8 ? st.codes : 0],
+        "codes", codes_names[st.codes <= KEEL_CODES_I4 ? st.codes : 0],
         "max_connections", st.max_connections,
         "count", (unsigned long long)st.count,
         "deleted", (unsigned long long)st.deleted,
@@ -1571,7 +1571,7 @@ static PyGetSetDef index_getset[] = {
     {"precision", (getter)get_precision, NULL,
      "Stored precision: 'f32' or 'f16'.", NULL},
     {"codes", (getter)get_codes, NULL,
-     "Traversal codes: 'none' or 'i8'.", NULL},
+     "Traversal codes: 'none', 'i8' or 'i4'.", NULL},
     {"path", (getter)get_path, NULL, "Path of the index file.", NULL},
     {"read_only", (getter)get_read_only, NULL,
      "True for a reader handle.", NULL},

@@ -81,6 +81,24 @@ def test_i8_on_glove(glove, tmp_path):
     assert recall >= 0.95, recall
 
 
+def test_i4_on_glove(glove, tmp_path):
+    base, queries, gt_l2, _ = glove
+    path = str(tmp_path / "glove-i4.keel")
+    with keel.VectorIndex(path, 100, codes="i4") as index:
+        index.add_batch(base)
+        assert index.codes == "i4"
+    with keel.IndexReader(path) as reader:
+        assert reader.stats()["codes"] == "i4"
+        ids, dists = reader.search_batch(queries, k=10, ef=64)
+    exact = brute_force("l2", base, queries)
+    for q in range(len(queries)):
+        np.testing.assert_allclose(dists[q], exact[q, ids[q].astype(np.int64)],
+                                   rtol=1e-5)
+    recall = np.mean([len(set(ids[q].tolist()) & set(gt_l2[q, :10].tolist()))
+                      for q in range(len(queries))]) / 10
+    assert recall >= 0.95, recall
+
+
 def test_i8_with_f16(tmp_path, rng):
     base = rng.standard_normal((500, 20)).astype(np.float32)
     query = rng.standard_normal(20).astype(np.float32)
@@ -144,7 +162,7 @@ def test_bad_codes_raise_value_error(bad, path):
     with pytest.raises(ValueError, match="option codes is %s" %
                        repr(bad).replace("(", "\\(")) as e:
         keel.VectorIndex(path, 4, codes=bad)
-    assert "one of i8, none\nhelp: " in str(e.value)
+    assert "one of i4, i8, none\nhelp: " in str(e.value)
     assert not os.path.exists(path)
     with pytest.raises(ValueError, match="option codes is"):
         keel.IndexOptions(codes=bad)

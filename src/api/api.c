@@ -208,10 +208,12 @@ check_options(const keel_options *o)
     NEED((unsigned)o->precision <= KEEL_F16,
          "precision is %d, but has to be KEEL_F32 (0) or KEEL_F16 (1)\nhelp: "
          "KEEL_F16 halves the file at a small cost in recall", (int)o->precision);
-    NEED((unsigned)o->codes <= KEEL_CODES_I8,
-         "codes is %d, but has to be KEEL_CODES_NONE (0) or KEEL_CODES_I8 "
-         "(1)\nhelp: KEEL_CODES_I8 makes searches faster at equal recall for "
-         "16 + dimensions bytes more per vector, rounded up to 64", (int)o->codes);
+    NEED((unsigned)o->codes <= KEEL_CODES_I4,
+         "codes is %d, but has to be KEEL_CODES_NONE (0), KEEL_CODES_I8 (1) "
+         "or KEEL_CODES_I4 (2)\nhelp: KEEL_CODES_I8 makes searches faster at "
+         "equal recall for 16 + dimensions bytes more per vector, rounded up "
+         "to 64; KEEL_CODES_I4 reads half of that, for long vectors",
+         (int)o->codes);
     NEED(o->max_connections != 1 && o->max_connections <= KEEL_MAX_M,
          "max_connections is %u, but has to be between 2 and 32,767\nhelp: 16 "
          "suits most indexes; 32 gives higher recall for more memory",
@@ -409,7 +411,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
     keel__index_attach(idx, st);
     /* Three vectors of scratch and a code row (api.h). */
     idx->conv = keel__malloc((size_t)idx->dim * 4 * 3 +
-                             keel__code_row_bytes(idx->dim));
+                             keel__code_row_bytes(idx->dim, KEEL_CODES_I8));
     if (!idx->conv) {
         index_free(idx);
         return KEEL_ENOMEM;
@@ -746,7 +748,8 @@ add_vectors(keel_index *idx, const float *vecs, size_t n, const uint64_t *ids,
         uint8_t *code = (uint8_t *)(idx->conv + 3 * (size_t)idx->dim);
         if (st->g.code_bytes)
             keel__code_encode(idx->conv + idx->dim, idx->precision, centre,
-                              idx->dim, idx->conv + 2 * idx->dim, code,
+                              idx->dim, (int)st->g.codes,
+                              idx->conv + 2 * idx->dim, code,
                               st->g.code_bytes);
         keel__store_write_slot(st, slot, id, idx->conv + idx->dim, code, level,
                                ref);

@@ -31,7 +31,7 @@ keel__store_stats(keel_store *st, keel_stats *out)
     out->dim = st->g.dim;
     out->metric = (keel_metric)st->metric;
     out->precision = (keel_precision)st->precision;
-    out->codes = st->g.code_bytes ? KEEL_CODES_I8 : KEEL_CODES_NONE;
+    out->codes = (keel_codes)st->g.codes;
     out->max_connections = st->g.M;
     if (st->writer) {
         out->slots = v.count;
@@ -113,7 +113,7 @@ check_slot(keel_store *st, const keel_header *h, const keel_view *v,
         /* codes.h (1): the row is the stored vector's, byte for byte. */
         uint8_t *row = (uint8_t *)(buf + st->g.dim);
         keel__code_encode(f, KEEL_F32, keel__store_centre(st), st->g.dim,
-                          buf + st->g.dim + st->g.code_bytes / 4, row,
+                          (int)st->g.codes, buf + st->g.dim + st->g.code_bytes / 4, row,
                           st->g.code_bytes);
         if (memcmp(row, keel__store_code(st, s), st->g.code_bytes) != 0)
             return KEEL_CORRUPT("slot %llu's traversal code row does not "

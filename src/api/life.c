@@ -145,7 +145,8 @@ copy_live(keel_index *idx, keel_store *old, keel_store *nw, keel_graph *ngr)
             break;
         if (row)
             keel__code_encode(keel__store_vec(old, s), old->precision, centre,
-                              old->g.dim, scratch, row, old->g.code_bytes);
+                              old->g.dim, (int)old->g.codes, scratch, row,
+                              old->g.code_bytes);
         keel__store_write_slot(nw, to, id, keel__store_vec(old, s), row,
                                level, ref);
         if ((rc = keel__store_id_insert(nw, id, to)))
@@ -201,8 +202,7 @@ keel_compact(keel_index *idx)
         keel__os->unlink(tmp);
     keel_store_params p = {.dim = old->g.dim, .M = old->g.M,
                            .metric = old->metric, .precision = old->precision,
-                           .codes = old->g.code_bytes ? KEEL_CODES_I8
-                                                      : KEEL_CODES_NONE,
+                           .codes = (int)old->g.codes,
                            .have_options = 1};
     memcpy(p.identity, keel__store_identity(old), KEEL_IDENTITY_BYTES);
     if ((rc = keel__store_open_writer(tmp, &p, &nw)))

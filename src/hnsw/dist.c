@@ -302,12 +302,25 @@ keel__code_dot_scalar(const uint8_t *qu, const int8_t *c, uint32_t dim)
     return s;
 }
 
+int32_t
+keel__code4_dot_scalar(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    const uint8_t *p = (const uint8_t *)c;
+    int32_t s = 0;
+    for (uint32_t b = 0; b < dim; b += 32, p += 16)
+        for (uint32_t j = 0; j < 16; j++)
+            s += (int32_t)qu[b + j] * (p[j] & 15) +
+                 (int32_t)qu[b + 16 + j] * (p[j] >> 4);
+    return s;
+}
+
 static const keel_kernels kernels_scalar = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
     keel__code_dot_scalar,
+    keel__code4_dot_scalar,
     "scalar",
 };
 

@@ -15,8 +15,9 @@
 **       bits as the single kernel would: grouping only shares query loads.
 **   (3) The table never changes once chosen, so distances computed by the
 **       graph walk and by an exact scan of the same pair are identical.
-**   (4) code_dot is integer arithmetic without overflow (dim <= 4096 terms
-**       of at most 255 x 128): every table returns the same value.
+**   (4) code_dot and code4_dot are integer arithmetic without overflow
+**       (dim <= 4096 terms of at most 255 x 128): every table returns the
+**       same value.
 ** dim is 1..4096; there is no alignment requirement on either pointer.
 */
 #ifndef KEEL_DIST_H
@@ -36,6 +37,10 @@ typedef void (*keel_dist4_fn)(const float *q, const void *const v[4],
 ** the same value. */
 typedef int32_t (*keel_code_dot_fn)(const uint8_t *qu, const int8_t *c,
                                     uint32_t dim);
+/* code4_dot has the same type: c points at 4-bit codes packed as codes.h
+** describes (16 bytes per 32 dimensions, nibbles 0..15 taken unsigned), and
+** the sum runs over whole blocks of 32, so qu holds zeros past dim up to
+** the next multiple of 32. */
 
 typedef struct keel_kernels {
     keel_dist_fn l2sq[2];   /* [KEEL_F32], [KEEL_F16]: sum of (q-v)^2 */
@@ -43,6 +48,7 @@ typedef struct keel_kernels {
     keel_dist4_fn l2sq4[2];
     keel_dist4_fn dot4[2];
     keel_code_dot_fn code_dot;
+    keel_code_dot_fn code4_dot;
     const char *name;       /* "avx512", "avx2", "neon" or "scalar" */
 } keel_kernels;
 

@@ -259,12 +259,56 @@ code_dot(const uint8_t *qu, const int8_t *c, uint32_t dim)
     return sum;
 }
 
+/* Two blocks of 32 dimensions (32 bytes of nibbles) per step: the low
+** nibbles hold dimensions 0-15 of each block and the high ones 16-31, so
+** one mask and one shift give 64 codes, put in order by two lane
+** permutes. maddubs multiplies the query's unsigned bytes by the codes (0..15,
+** taken as signed bytes) and adds pairs into 16 bits (at most 2 x 255 x 15);
+** two of those summed stay under 2^15, and madd widens them to 32. */
+int32_t
+keel__code4_dot_avx2(const uint8_t *qu, const int8_t *c, uint32_t dim)
+{
+    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const uint8_t *p = (const uint8_t *)c;
+    __m256i acc = _mm256_setzero_si256();
+    const uint32_t padded = (dim + 31) / 32 * 32;
+    uint32_t b = 0;
+    for (; b + 64 <= padded; b += 64, p += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+        __m256i lo = _mm256_and_si256(v, low);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        __m256i c0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+        __m256i c1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+        __m256i q0 = _mm256_loadu_si256((const __m256i *)(const void *)(qu + b));
+        __m256i q1 = _mm256_loadu_si256((const __m256i *)(const void *)(qu + b + 32));
+        __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, c0),
+                                       _mm256_maddubs_epi16(q1, c1));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16, ones));
+    }
+    if (b < padded) { /* one block left */
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i lo = _mm_and_si128(v, _mm256_castsi256_si128(low));
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4),
+                                   _mm256_castsi256_si128(low));
+        __m256i c0 = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        __m256i q0 = _mm256_loadu_si256((const __m256i *)(const void *)(qu + b));
+        acc = _mm256_add_epi32(
+            acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, c0), ones));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc),
+                              _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
 const keel_kernels keel__kernels_avx2 = {
     {l2sq_f32, l2sq_f16},
     {dot_f32, dot_f16},
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
     code_dot,
+    keel__code4_dot_avx2,
     "avx2",
 };
 

@@ -247,6 +247,7 @@ const keel_kernels keel__kernels_avx512 = {
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
     code_dot,
+    keel__code4_dot_avx2,
     "avx512",
 };
 
@@ -256,5 +257,6 @@ const keel_kernels keel__kernels_avx512_vnni = {
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
     code_dot_vnni,
+    keel__code4_dot_avx2,
     "avx512-vnni",
 };

@@ -14,12 +14,18 @@
 ** their own share. */
 int32_t keel__code_dot_scalar(const uint8_t *qu, const int8_t *c,
                               uint32_t dim);
+int32_t keel__code4_dot_scalar(const uint8_t *qu, const int8_t *c,
+                               uint32_t dim);
 
 #if defined(__x86_64__)
 extern const keel_kernels keel__kernels_avx2;
 extern const keel_kernels keel__kernels_avx512;
 /* The avx512 table with VNNI's byte dot products for traversal codes. */
 extern const keel_kernels keel__kernels_avx512_vnni;
+/* The avx2 table's code4_dot, which the avx512 tables share (one block
+** pair per 256-bit step already keeps it at the rows' load rate). */
+int32_t keel__code4_dot_avx2(const uint8_t *qu, const int8_t *c,
+                             uint32_t dim);
 /* Bulk conversions with F16C; the same bits as the scalar ones. Run only on
 ** a CPU with AVX and F16C. */
 void keel__f32_to_f16_n_f16c(const float *src, uint16_t *dst, size_t n);

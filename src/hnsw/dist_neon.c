@@ -215,6 +215,7 @@ const keel_kernels keel__kernels_neon = {
     {l2sq4_f32, l2sq4_f16},
     {dot4_f32, dot4_f16},
     keel__code_dot_scalar, /* the compiler vectorizes the plain loop */
+    keel__code4_dot_scalar,
     "neon",
 };
 

@@ -22,7 +22,7 @@ keel__graph_init(keel_graph *gr, keel_store *st)
                                      : k->dot[st->precision];
     gr->dist4 = st->metric == KEEL_L2 ? k->l2sq4[st->precision]
                                       : k->dot4[st->precision];
-    gr->code_dot = k->code_dot;
+    gr->code_dot = st->g.codes == KEEL_CODES_I4 ? k->code4_dot : k->code_dot;
     gr->codes = st->g.code_bytes != 0;
     gr->level_mult = 1.0 / log((double)gr->M);
 }

@@ -53,7 +53,7 @@ keel__search_ctx_new(const keel_graph *gr)
     c->gdist = keel__malloc((gr->M0 + 1) * sizeof *c->gdist);
     c->qbuf = keel__malloc(gr->dim * sizeof(float));
     c->vbuf = keel__malloc(gr->dim * sizeof(float));
-    c->cq.qu = keel__malloc(gr->dim);
+    c->cq.qu = keel__malloc(KEEL_CODE_QUERY_BYTES(gr->dim));
     c->cq.tmp = keel__malloc(gr->dim * sizeof(float));
     c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
     c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
@@ -777,7 +777,7 @@ keel__search_code_query(const keel_graph *gr, keel_search_ctx *c,
     c->coded = gr->codes;
     if (c->coded)
         keel__code_query(q, keel__store_centre(gr->st), gr->dim,
-                         gr->metric == KEEL_L2, &c->cq);
+                         gr->metric == KEEL_L2, (int)gr->st->g.codes, &c->cq);
     return c->coded;
 }
 

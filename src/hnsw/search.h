@@ -37,7 +37,7 @@ typedef struct keel_search_ctx {
      * its `watch` nearest accepted nodes (at most KEEL_WATCH_MAX) have
      * stayed the same over `quiet_max` expansions of accepted nodes. */
     uint32_t quiet_max, watch;
-    keel_code_query cq;       /* cq.qu: dim bytes */
+    keel_code_query cq;       /* cq.qu: KEEL_CODE_QUERY_BYTES(dim) */
     uint64_t ndist;           /* distances computed by the last walk */
     keel_link_scratch link;   /* for builds */
     uint32_t *sel;            /* selected neighbours, M0 + 1 */

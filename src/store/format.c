@@ -38,16 +38,18 @@ keel__initial_idtab_log2(void)
 }
 
 uint32_t
-keel__code_row_bytes(uint32_t dim)
+keel__code_row_bytes(uint32_t dim, int codes)
 {
-    return KEEL_ALIGN_UP(16u + dim, 64u);
+    if (codes == KEEL_CODES_I4)
+        return (uint32_t)KEEL_ALIGN_UP(16u + (dim + 31u) / 32u * 16u, 64u);
+    return codes ? (uint32_t)KEEL_ALIGN_UP(16u + dim, 64u) : 0;
 }
 
 static uint64_t
 slot_bytes(uint32_t dim, uint32_t M0, int precision, int codes)
 {
     return KEEL_SLOT_HDR_BYTES + (uint64_t)dim * (precision ? 2 : 4) + 8 +
-           4ull * M0 + (codes ? keel__code_row_bytes(dim) : 0);
+           4ull * M0 + keel__code_row_bytes(dim, codes);
 }
 
 /* The smallest heap chunk must hold the largest entry: 15 upper lists. */
@@ -62,8 +64,10 @@ keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
                  int precision, int codes)
 {
     memset(h, 0, sizeof *h);
-    h->read_version = 1;
-    h->write_version = codes ? KEEL_FORMAT_CODES : 1;
+    h->read_version = codes == KEEL_CODES_I4 ? KEEL_FORMAT_CODES_I4 : 1;
+    h->write_version = codes == KEEL_CODES_I4 ? KEEL_FORMAT_CODES_I4
+                       : codes                ? KEEL_FORMAT_CODES
+                                              : 1;
     h->codes = (uint8_t)codes;
     h->dim = dim;
     h->M = M;
@@ -107,7 +111,8 @@ keel__geometry_init(keel_geometry *g, const keel_header *h)
     g->M0 = h->M0;
     g->vec_bytes = h->dim * (h->precision ? 2u : 4u);
     g->rec_bytes = 8u + 4u * h->M0;
-    g->code_bytes = h->codes ? keel__code_row_bytes(h->dim) : 0;
+    g->code_bytes = keel__code_row_bytes(h->dim, h->codes);
+    g->codes = h->codes;
     g->seg_base_log2 = h->seg_base_log2;
     g->seg_doublings = h->seg_doublings;
     g->heap_base_log2 = h->heap_base_log2;
@@ -272,8 +277,11 @@ check_geometry(const keel_header *h, char *why, size_t why_len)
     if (h->metric > 2 || h->precision > 1)
         BAD("metric %u or precision %u unknown", h->metric, h->precision);
     /* Codes need a writer that keeps them: write_version 2 or later. */
-    if (h->codes > KEEL_CODES_I8 ||
-        (h->codes && h->write_version < KEEL_FORMAT_CODES))
+    if (h->codes > KEEL_CODES_I4 ||
+        (h->codes && h->write_version < KEEL_FORMAT_CODES) ||
+        (h->codes == KEEL_CODES_I4 &&
+         (h->write_version < KEEL_FORMAT_CODES_I4 ||
+          h->read_version < KEEL_FORMAT_CODES_I4)))
         BAD("traversal codes %u with write version %u", h->codes,
             h->write_version);
     if (h->max_levels != KEEL_MAX_LEVELS)

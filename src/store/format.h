@@ -17,8 +17,11 @@
 ** with codes carry write_version 3, so a writer that does not know codes
 ** (and would leave them stale) refuses them, while its readers, which
 ** never look at the codes array, read them. */
-#define KEEL_FORMAT_VERSION   3u
+#define KEEL_FORMAT_VERSION   4u
 #define KEEL_FORMAT_CODES     3u
+/* Files with 4-bit codes carry read and write version 4: a keel that does
+** not know them refuses them as newer instead of reading them as damaged. */
+#define KEEL_FORMAT_CODES_I4  4u
 
 #define KEEL_HDR_A_OFF        0u
 #define KEEL_HDR_B_OFF        65536u
@@ -79,7 +82,7 @@ typedef struct keel_header {
     uint32_t dim, M, M0;
     uint8_t metric, precision, max_levels, flags;
     uint8_t seg_base_log2, seg_doublings, heap_base_log2, heap_doublings;
-    uint8_t codes;           /* KEEL_CODES_NONE or KEEL_CODES_I8 */
+    uint8_t codes;           /* KEEL_CODES_NONE, _I8 or _I4 */
     uint64_t count;          /* N */
     uint32_t entry;          /* KEEL_EMPTY when count == 0 */
     uint32_t max_level;
@@ -106,6 +109,7 @@ typedef struct keel_geometry {
     uint32_t vec_bytes;      /* dim * 4 or dim * 2 */
     uint32_t rec_bytes;      /* 8 + 4 * M0 */
     uint32_t code_bytes;     /* a traversal code row; 0 without codes */
+    uint32_t codes;          /* KEEL_CODES_NONE, _I8 or _I4 */
     uint32_t seg_base_log2, seg_doublings;
     uint32_t heap_base_log2, heap_doublings;
     uint64_t seg_boundary;   /* B: slots in the doubling segments */
@@ -150,7 +154,7 @@ void keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
                       int precision, int codes);
 /* Bytes of one traversal code row (doc/format.md 3): 16 bytes of scale,
 ** then dim signed bytes, rounded up to 64. */
-uint32_t keel__code_row_bytes(uint32_t dim);
+uint32_t keel__code_row_bytes(uint32_t dim, int codes);
 /* Test seam: segments of 2^seg_base slots doubling seg_doublings times, heap
 ** chunks of 2^heap_base bytes doubling heap_doublings times, id tables of
 ** 2^idtab_log2 entries at first. All zero restores the defaults. Applies to

@@ -1139,6 +1139,7 @@ check_params(keel_store *st, const keel_store_params *p)
     const keel_header *h = &st->work;
     static const char *metrics[] = {"l2", "cosine", "ip"};
     static const char *precisions[] = {"f32", "f16"};
+    static const char *code_kinds[] = {"none", "i8", "i4"};
     if (p->dim && p->dim != h->dim)
         return keel__fail(KEEL_EDIM,
                           "the index at %s holds vectors of %u dimensions, "
@@ -1165,8 +1166,8 @@ check_params(keel_store *st, const keel_store_params *p)
                           "%s, not %s\nhelp: use codes %s, the file's, or "
                           "KEEL_FILE_OPTIONS to take the file's own; "
                           "compaction keeps them too", st->path,
-                          h->codes ? "i8" : "none", p->codes ? "i8" : "none",
-                          h->codes ? "i8" : "none");
+                          code_kinds[h->codes], code_kinds[p->codes],
+                          code_kinds[h->codes]);
     if (p->M && p->M != h->M)
         return keel__fail(KEEL_EOPTIONS,
                           "the index at %s was created with max_connections "
