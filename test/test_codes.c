@@ -794,6 +794,9 @@ TEST(i4_files_are_version_4_and_fixed_with_the_file)
         int rc = keel__header_decode(buf, 1u << 20, out, why, sizeof why);
         CHECK_MSG(rc == KEEL_ECORRUPT, "case %d: rc %d", which, rc);
         CHECK(strstr(why, "traversal codes") != NULL);
+        /* The field that is wrong is the one named. */
+        CHECK_MSG(which != 0 || strstr(why, "read version 1") != NULL, "%s", why);
+        CHECK_MSG(which != 1 || strstr(why, "write version 3") != NULL, "%s", why);
     }
     /* Newer than this keel reads: refused as a version, not as damage. */
     keel__header_new(&h, 16, 8, KEEL_L2, KEEL_F32, KEEL_CODES_I4);

@@ -276,14 +276,16 @@ check_geometry(const keel_header *h, char *why, size_t why_len)
         BAD("M %u / M0 %u impossible", h->M, h->M0);
     if (h->metric > 2 || h->precision > 1)
         BAD("metric %u or precision %u unknown", h->metric, h->precision);
-    /* Codes need a writer that keeps them: write_version 2 or later. */
-    if (h->codes > KEEL_CODES_I4 ||
-        (h->codes && h->write_version < KEEL_FORMAT_CODES) ||
-        (h->codes == KEEL_CODES_I4 &&
-         (h->write_version < KEEL_FORMAT_CODES_I4 ||
-          h->read_version < KEEL_FORMAT_CODES_I4)))
+    /* Codes need a writer that keeps them (write_version 3, 4 for 4-bit
+     * ones), and 4-bit ones a reader that knows them (read_version 4). */
+    unsigned need = h->codes == KEEL_CODES_I4 ? KEEL_FORMAT_CODES_I4
+                                              : KEEL_FORMAT_CODES;
+    if (h->codes > KEEL_CODES_I4 || (h->codes && h->write_version < need))
         BAD("traversal codes %u with write version %u", h->codes,
             h->write_version);
+    if (h->codes == KEEL_CODES_I4 && h->read_version < KEEL_FORMAT_CODES_I4)
+        BAD("traversal codes %u with read version %u", h->codes,
+            h->read_version);
     if (h->max_levels != KEEL_MAX_LEVELS)
         BAD("max levels %u is not 16", h->max_levels);
     if (h->flags & ~KEEL_FLAG_SUPERSEDED)
