@@ -591,19 +591,24 @@ expect 0 "info --json of the i8 index" info --json "$T/codes.keel"
 grep -q '"codes": "i8"' "$T/out" || fail "info --json lacks \"codes\": \"i8\""
 expect 0 "check of the i8 index" check "$T/codes.keel"
 expect 0 "search the i8 index" search "$T/codes.keel" "$QUERY" -k 10 \
-    --truth "$TRUTH" --out "$T/codes.tsv"
+    --truth "$TRUTH" --out "$T/codes-i8.tsv"
 recall=$(field 'recall@10')
 at_least "$recall" 0.95 || fail "recall@10 with codes i8 is '$recall'"
-[ "$(wc -l <"$T/codes.tsv")" -eq 1000 ] || fail "the i8 search wrote not 1000 lines"
+[ "$(wc -l <"$T/codes-i8.tsv")" -eq 1000 ] || fail "the i8 search wrote not 1000 lines"
 # Distances are measured on the stored vectors: a (query, id) pair that both
 # indexes return has the same distance, to the last bit (%.9g).
 expect 0 "search the index without codes" search "$IDX" "$QUERY" -k 10 \
     --out "$T/nocodes.tsv"
-awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
-    ($1 " " $3) in d { n++; if (d[$1 " " $3] != $4) { print; bad = 1 } }
-    END { if (n < 900) { print "only " n " pairs in common"; bad = 1 }
-          exit bad }' "$T/nocodes.tsv" "$T/codes.tsv" >"$T/baddist" ||
-    fail "the i8 index reports other distances: $(head -3 "$T/baddist")"
+# same_distances KIND: the KIND index's results ($T/codes-KIND.tsv) carry the
+# distances the index without codes gives the same (query, id) pairs.
+same_distances() {
+    awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
+        ($1 " " $3) in d { n++; if (d[$1 " " $3] != $4) { print; bad = 1 } }
+        END { if (n < 900) { print "only " n " pairs in common"; bad = 1 }
+              exit bad }' "$T/nocodes.tsv" "$T/codes-$1.tsv" >"$T/baddist" ||
+        fail "the $1 index reports other distances: $(head -3 "$T/baddist")"
+}
+same_distances i8
 ok "build --codes i8: info says i8, check passes, recall@10 $recall, exact distances"
 
 expect 0 "build --codes i4" build "$T/codes4.keel" "$BASE" --codes i4
@@ -611,14 +616,10 @@ expect 0 "info of the i4 index" info "$T/codes4.keel"
 [ "$(field codes)" = i4 ] || fail "info codes is '$(field codes)', not i4"
 expect 0 "check of the i4 index" check "$T/codes4.keel"
 expect 0 "search the i4 index" search "$T/codes4.keel" "$QUERY" -k 10 \
-    --truth "$TRUTH" --out "$T/codes4.tsv"
+    --truth "$TRUTH" --out "$T/codes-i4.tsv"
 recall=$(field 'recall@10')
 at_least "$recall" 0.95 || fail "recall@10 with codes i4 is '$recall'"
-awk -F '\t' 'NR == FNR { d[$1 " " $3] = $4; next }
-    ($1 " " $3) in d { n++; if (d[$1 " " $3] != $4) { print; bad = 1 } }
-    END { if (n < 900) { print "only " n " pairs in common"; bad = 1 }
-          exit bad }' "$T/nocodes.tsv" "$T/codes4.tsv" >"$T/baddist" ||
-    fail "the i4 index reports other distances: $(head -3 "$T/baddist")"
+same_distances i4
 ok "build --codes i4: info says i4, check passes, recall@10 $recall, exact distances"
 
 expect 2 "build --codes bogus" build "$T/bogus.keel" "$T/three.fvecs" --codes bogus
