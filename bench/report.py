@@ -48,6 +48,7 @@ VARIANTS = [
     (("keel", "f16"), "keel f16"),
     (("keel", "i8"), "keel i8"),
     (("keel", "f16i8"), "keel f16 i8"),
+    (("keel", "f16i4"), "keel f16 i4"),
     (("hnswlib", "f32"), "hnswlib"),
     (("faiss", "f32"), "FAISS"),
     (("faiss-batch", "f32"), "FAISS batch"),
@@ -57,6 +58,7 @@ VARIANTS = [
     (("keel-warm", "f16"), "keel f16 + warm"),
     (("keel-warm", "i8"), "keel i8 + warm"),
     (("keel-warm", "f16i8"), "keel f16 i8 + warm"),
+    (("keel-warm", "f16i4"), "keel f16 i4 + warm"),
     # batch reads off (KEEL_BATCH_READS=0): cold starts without the overlap
     (("keel-off", "f32"), "keel, batch reads off"),
     (("keel-warm-off", "f32"), "keel + warm, batch reads off"),
@@ -83,6 +85,9 @@ PAIRS = [
     ("keel f16 i8", "hnswlib"),
     ("keel f16 i8", "FAISS batch"),
     ("keel f16 i8", "keel i8"),
+    ("keel f16 i4", "hnswlib"),
+    ("keel f16 i4", "FAISS batch"),
+    ("keel f16 i4", "keel f16 i8"),
 ]
 
 
@@ -438,7 +443,7 @@ def section_memory(w, builds):
       "and whatever the build needed at its peak) and the index file, "
       "logical size and blocks on disk. 'vector' is the bytes of one "
       "vector as stored (4 per dimension for f32 and for keel i8, whose "
-      "codes come on top; 2 for f16 and keel f16 i8); the rest is graph, ids and "
+      "codes come on top; 2 for f16, keel f16 i8 and keel f16 i4); the rest is graph, ids and "
       "overhead.\n")
     w("| data set | engine | vectors | dims | index memory MB | memory "
       "B/vector | file B/vector | on disk B/vector | vector B |")
@@ -722,6 +727,7 @@ def plot(curves, png, out):
         "keel f16": "lc rgb '#ff7f0e' lw 2 pt 7 dt 2",
         "keel i8": "lc rgb '#8c564b' lw 2 pt 7 dt 4",
         "keel f16 i8": "lc rgb '#e377c2' lw 2 pt 7 dt 5",
+        "keel f16 i4": "lc rgb '#17becf' lw 2 pt 5 dt 5",
         "hnswlib": "lc rgb '#1f77b4' lw 2 pt 5",
         "FAISS": "lc rgb '#2ca02c' lw 2 pt 9 dt 3",
         "FAISS batch": "lc rgb '#2ca02c' lw 2 pt 9",
@@ -854,7 +860,9 @@ def main():
       "traversal codes (keel_options.codes = KEEL_CODES_I8), compared "
       "with the others' f32 and with keel; keel f16 i8 is keel f16 with "
       "the same codes (the fewest bytes per vector), compared with the "
-      "others' f32 and with keel i8. Cosine: hnswlib and FAISS get "
+      "others' f32 and with keel i8; keel f16 i4 (Fashion-MNIST) is keel "
+      "f16 with 4-bit codes (KEEL_CODES_I4), compared with the others' f32 "
+      "and with keel f16 i8. Cosine: hnswlib and FAISS get "
       "normalized vectors and inner product (their own recipe); keel "
       "normalizes itself.%s%s\n" % (
           meta.get("M", "?"), meta.get("efc", "?"), meta.get("threads", "?"),

@@ -49,7 +49,9 @@
 #   I8=1           also keel i8: keel f32 with int8 traversal codes
 #                  (keel_options.codes = KEEL_CODES_I8; 0: without it),
 #                  and with F16=1 keel f16 i8 (f16 storage with the codes:
-#                  fewer bytes per vector than hnswlib's) on every group
+#                  fewer bytes per vector than hnswlib's) on every group,
+#                  and keel f16 i4 (4-bit codes, KEEL_CODES_I4) on
+#                  Fashion-MNIST, whose long vectors they are for
 #   REUSE=1        keep indexes already built in an earlier run into OUT
 #   GLOVE_DIR, FMNIST_DIR, GEN_DIR   data directories (default data/...)
 #   OUT=bench/out/full (smoke: bench/out/smoke)
@@ -247,7 +249,8 @@ esac
 # --- 3-5. per group ----------------------------------------------------------
 
 # The variants of a group: engine:precision (keel:i8 is keel f32 with int8
-# traversal codes, keel:f16i8 keel f16 with them). FAISS sits out the
+# traversal codes, keel:f16i8 keel f16 with them, keel:f16i4 keel f16 with
+# 4-bit codes, on the long vectors only). FAISS sits out the
 # generated set unless GEN_FAISS=1.
 variants_of() {
     faiss=1
@@ -265,15 +268,20 @@ variants_of() {
     esac
     if [ "$I8" = 1 ]; then v="$v keel:i8"; fi
     if [ "$I8" = 1 ] && [ "$F16" = 1 ]; then v="$v keel:f16i8"; fi
+    case $1 in
+    fmnist-*)
+        if [ "$I8" = 1 ] && [ "$F16" = 1 ]; then v="$v keel:f16i4"; fi ;;
+    esac
     printf '%s\n' "$v"
 }
 
 # The build options of a variant's precision: i8 is f32 storage with int8
-# codes, f16i8 f16 storage with them.
+# codes, f16i8 f16 storage with them, f16i4 f16 storage with 4-bit codes.
 precision_args() {
     case $1 in
     i8) printf -- '--precision f32 --codes i8\n' ;;
     f16i8) printf -- '--precision f16 --codes i8\n' ;;
+    f16i4) printf -- '--precision f16 --codes i4\n' ;;
     *) printf -- '--precision %s\n' "$1" ;;
     esac
 }
