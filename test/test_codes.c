@@ -321,39 +321,61 @@ TEST(check_finds_a_row_that_does_not_match_its_vector)
     CHECK_OK(keel_close(idx));
 }
 
-TEST(the_option_is_fixed_with_the_file_and_checked)
+/* A file created with codes (dim floats each vector) keeps them: a writer
+** naming other codes is refused with a message saying which, a writer
+** naming none takes the file's and finds its vector, and the header holds
+** read and write versions want_read and want_write. */
+static void
+codes_fixed_with_file(const char *path, uint32_t dim, keel_codes codes,
+                      keel_codes other, const char *mismatch,
+                      unsigned want_read, unsigned want_write)
 {
-    const char *path = test_path("opt.keel");
     keel_index *idx;
-    keel_options bad = {.codes = (keel_codes)7};
-    CHECK_ERR(keel_open(path, 8, &bad, &idx), KEEL_EINVAL);
-    CHECK_MSG_HAS("codes is 7");
-    keel_options o = {.codes = KEEL_CODES_I8};
-    CHECK_OK(keel_open(path, 8, &o, &idx));
-    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    keel_options o = {.codes = codes};
+    CHECK_OK(keel_open(path, dim, &o, &idx));
+    float v[64];
+    for (uint32_t i = 0; i < dim; i++)
+        v[i] = (float)(i % 7) - 3.0f;
     uint64_t id;
     CHECK_OK(keel_add(idx, v, &id));
     CHECK_OK(keel_flush(idx));
     CHECK_OK(keel_close(idx));
-    keel_options none = {.codes = KEEL_CODES_NONE};
-    CHECK_ERR(keel_open(path, 8, &none, &idx), KEEL_EOPTIONS);
-    CHECK_MSG_HAS("traversal codes i8, not none");
-    CHECK_OK(keel_open(path, 8, NULL, &idx));
+    keel_options bad = {.codes = other};
+    CHECK_ERR(keel_open(path, dim, &bad, &idx), KEEL_EOPTIONS);
+    CHECK_MSG_HAS(mismatch);
+    CHECK_OK(keel_open(path, dim, NULL, &idx));
     keel_result r[1];
     size_t n;
     CHECK_OK(keel_search(idx, v, 1, NULL, r, &n));
     CHECK_U64(n, 1);
     CHECK(r[0].distance == 0.0f);
+    keel_stats st;
+    CHECK_OK(keel_stat(idx, &st));
+    CHECK_EQ(st.codes, codes);
     CHECK_OK(keel_close(idx));
-    /* A plain file stays format 1 for any keel; a file with codes is
-     * write version 3, so a writer that would leave rows stale refuses it. */
     unsigned char *f;
     size_t len;
     CHECK((f = td_read_file(path, &len)) != NULL);
-    CHECK_U64(keel__get32(f + HO_READ_VERSION), 1);
-    CHECK_U64(keel__get32(f + HO_WRITE_VERSION), 3);
-    CHECK_U64(f[HO_CODES], 1);
+    CHECK_U64(keel__get32(f + HO_READ_VERSION), want_read);
+    CHECK_U64(keel__get32(f + HO_WRITE_VERSION), want_write);
+    CHECK_U64(f[HO_CODES], (unsigned)codes);
     free(f);
+}
+
+TEST(the_option_is_fixed_with_the_file_and_checked)
+{
+    keel_index *idx;
+    keel_options bad = {.codes = (keel_codes)7};
+    CHECK_ERR(keel_open(test_path("opt.keel"), 8, &bad, &idx), KEEL_EINVAL);
+    CHECK_MSG_HAS("codes is 7");
+    /* A file with codes is write version 3, so a writer that would leave
+     * rows stale refuses it; its readers read it. */
+    codes_fixed_with_file(test_path("opt.keel"), 8, KEEL_CODES_I8,
+                          KEEL_CODES_NONE, "traversal codes i8, not none", 1,
+                          3);
+    /* A plain file stays format 1 for any keel. */
+    unsigned char *f;
+    size_t len;
     CHECK_OK(keel_open(test_path("plain.keel"), 8, NULL, &idx));
     CHECK_OK(keel_close(idx));
     CHECK((f = td_read_file(test_path("plain.keel"), &len)) != NULL);
@@ -743,37 +765,8 @@ TEST(check_finds_a_4bit_row_that_does_not_match_its_vector)
 ** claims them at an older version is corrupt. */
 TEST(i4_files_are_version_4_and_fixed_with_the_file)
 {
-    const char *path = test_path("opt4.keel");
-    keel_index *idx;
-    keel_options o = {.codes = KEEL_CODES_I4};
-    CHECK_OK(keel_open(path, 40, &o, &idx));
-    float v[40];
-    for (int i = 0; i < 40; i++)
-        v[i] = (float)(i % 7) - 3.0f;
-    uint64_t id;
-    CHECK_OK(keel_add(idx, v, &id));
-    CHECK_OK(keel_flush(idx));
-    CHECK_OK(keel_close(idx));
-    keel_options i8 = {.codes = KEEL_CODES_I8};
-    CHECK_ERR(keel_open(path, 40, &i8, &idx), KEEL_EOPTIONS);
-    CHECK_MSG_HAS("traversal codes i4, not i8");
-    CHECK_OK(keel_open(path, 40, NULL, &idx));
-    keel_result r[1];
-    size_t n;
-    CHECK_OK(keel_search(idx, v, 1, NULL, r, &n));
-    CHECK_U64(n, 1);
-    CHECK(r[0].distance == 0.0f);
-    keel_stats st;
-    CHECK_OK(keel_stat(idx, &st));
-    CHECK_EQ(st.codes, KEEL_CODES_I4);
-    CHECK_OK(keel_close(idx));
-    unsigned char *f;
-    size_t len;
-    CHECK((f = td_read_file(path, &len)) != NULL);
-    CHECK_U64(keel__get32(f + HO_READ_VERSION), 4);
-    CHECK_U64(keel__get32(f + HO_WRITE_VERSION), 4);
-    CHECK_U64(f[HO_CODES], 2);
-    free(f);
+    codes_fixed_with_file(test_path("opt4.keel"), 40, KEEL_CODES_I4,
+                          KEEL_CODES_I8, "traversal codes i4, not i8", 4, 4);
     keel_header h;
     keel__header_new(&h, 16, 8, KEEL_L2, KEEL_F32, KEEL_CODES_I4);
     uint8_t *buf = malloc(KEEL_PAGE_SLOT);
