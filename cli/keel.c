@@ -50,7 +50,7 @@ static const struct command commands[] = {
      "  --codes none|i8|i4     traversal codes of a new index (default\n"
      "                         none): i8 searches faster at equal recall\n"
      "                         for 16 + dimensions more bytes per vector,\n"
-     "                         rounded up to 64; i4 reads half of that\n"
+     "                         rounded up to 64; i4 reads about half\n"
      "                         (for long vectors)\n"
      "  -M N                   links per node of a new index, 2..32767\n"
      "                         (default 16)\n"

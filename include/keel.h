@@ -97,7 +97,7 @@ typedef enum { KEEL_F32 = 0, KEEL_F16 = 1 } keel_precision;
 ** KEEL_CODES_I8: one signed byte per dimension and 16 bytes of scale per
 ** vector (the row rounded up to 64 bytes). KEEL_CODES_I4: four bits per
 ** dimension (fifteen steps; the row 16 + 16 ceil(dim / 32) bytes rounded up
-** to 64), half the bytes a walk reads at a slightly coarser distance: for
+** to 64), about half the bytes a walk reads, at a coarser distance: for
 ** long vectors, where a search waits on reading rows. Fixed when the file is
 ** created. */
 typedef enum {

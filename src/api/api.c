@@ -212,7 +212,7 @@ check_options(const keel_options *o)
          "codes is %d, but has to be KEEL_CODES_NONE (0), KEEL_CODES_I8 (1) "
          "or KEEL_CODES_I4 (2)\nhelp: KEEL_CODES_I8 makes searches faster at "
          "equal recall for 16 + dimensions bytes more per vector, rounded up "
-         "to 64; KEEL_CODES_I4 reads half of that, for long vectors",
+         "to 64; KEEL_CODES_I4 reads about half of that, for long vectors",
          (int)o->codes);
     NEED(o->max_connections != 1 && o->max_connections <= KEEL_MAX_M,
          "max_connections is %u, but has to be between 2 and 32,767\nhelp: 16 "
