@@ -22,8 +22,8 @@ extern const keel_kernels keel__kernels_avx2;
 extern const keel_kernels keel__kernels_avx512;
 /* The avx512 table with VNNI's byte dot products for traversal codes. */
 extern const keel_kernels keel__kernels_avx512_vnni;
-/* The avx2 table's code4_dot, which the avx512 tables share (one block
-** pair per 256-bit step already keeps it at the rows' load rate). */
+/* The avx2 table's code4_dot, which the avx512 tables share: no 512-bit
+** form was written, as no AVX-512 machine was at hand to measure one. */
 int32_t keel__code4_dot_avx2(const uint8_t *qu, const int8_t *c,
                              uint32_t dim);
 /* Bulk conversions with F16C; the same bits as the scalar ones. Run only on

@@ -14,9 +14,10 @@
 #define KEEL_MAGIC            "KEELVIX\0"
 /* The newest format this build reads and writes. Files without traversal
 ** codes are written as version 1 (any keel reads and writes them); files
-** with codes carry write_version 3, so a writer that does not know codes
-** (and would leave them stale) refuses them, while its readers, which
-** never look at the codes array, read them. */
+** with int8 codes carry write_version 3, so a writer that does not know
+** codes (and would leave them stale) refuses them, while its readers, which
+** never look at the codes array, read them; 4-bit codes need version 4
+** (below). */
 #define KEEL_FORMAT_VERSION   4u
 #define KEEL_FORMAT_CODES     3u
 /* Files with 4-bit codes carry read and write version 4: a keel that does
@@ -152,8 +153,9 @@ keel__slot_segment(const keel_geometry *g, uint64_t s, uint64_t *index)
 ** with keel__test_geometry so short workloads cross region boundaries. */
 void keel__header_new(keel_header *h, uint32_t dim, uint32_t M, int metric,
                       int precision, int codes);
-/* Bytes of one traversal code row (doc/format.md 3): 16 bytes of scale,
-** then dim signed bytes, rounded up to 64. */
+/* Bytes of one traversal code row of the given codes (doc/format.md 3): 16
+** bytes of scale, then dim signed bytes (I8) or 16 bytes per 32 dimensions
+** (I4), rounded up to 64; 0 for KEEL_CODES_NONE. */
 uint32_t keel__code_row_bytes(uint32_t dim, int codes);
 /* Test seam: segments of 2^seg_base slots doubling seg_doublings times, heap
 ** chunks of 2^heap_base bytes doubling heap_doublings times, id tables of
