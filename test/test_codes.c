@@ -290,12 +290,16 @@ row_offset(const keel_header *h, uint64_t s, uint32_t *row_bytes)
     return L.code_off ? h->seg_off[k] + L.code_off + i * g.code_bytes : 0;
 }
 
-TEST(check_finds_a_row_that_does_not_match_its_vector)
+/* A file of 500 vectors with codes, whose keel_check passes as written,
+** fails it naming the slot once one bit (mask) of byte `at` of slot's row
+** is flipped; rows are row_bytes long. */
+static void
+check_finds_flipped_row(const char *path, keel_codes codes, uint64_t slot,
+                        uint32_t at, uint8_t mask, uint32_t row_bytes)
 {
     td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
-    const char *path = test_path("flip.keel");
     keel_index *idx;
-    CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I8, 500, &idx));
+    CHECK_OK(build(path, KEEL_L2, KEEL_F32, codes, 500, &idx));
     CHECK_OK(keel_flush(idx));
     CHECK_OK(keel_close(idx));
     CHECK_OK(keel_open_reader(path, NULL, &idx));
@@ -304,21 +308,30 @@ TEST(check_finds_a_row_that_does_not_match_its_vector)
     uint32_t rb = 0;
     keel_header *h = newest_header(path);
     CHECK(h != NULL);
-    uint64_t off = row_offset(h, 321, &rb);
+    uint64_t off = row_offset(h, slot, &rb);
     free(h);
     CHECK(off != 0);
-    CHECK_U64(rb, 128); /* 16 + 100 rounded up to 64 */
+    CHECK_U64(rb, row_bytes);
     int fd = open(path, O_RDWR);
     uint8_t byte;
-    CHECK(pread(fd, &byte, 1, (off_t)(off + 16 + 40)) == 1);
-    byte ^= 0x01;
-    CHECK(pwrite(fd, &byte, 1, (off_t)(off + 16 + 40)) == 1);
+    CHECK(pread(fd, &byte, 1, (off_t)(off + at)) == 1);
+    byte ^= mask;
+    CHECK(pwrite(fd, &byte, 1, (off_t)(off + at)) == 1);
     close(fd);
     CHECK_OK(keel_open_reader(path, NULL, &idx));
     CHECK_ERR(keel_check(idx), KEEL_ECORRUPT);
-    CHECK_MSG_HAS("slot 321");
+    char want[32];
+    snprintf(want, sizeof want, "slot %llu", (unsigned long long)slot);
+    CHECK_MSG_HAS(want);
     CHECK_MSG_HAS("traversal code");
     CHECK_OK(keel_close(idx));
+}
+
+TEST(check_finds_a_row_that_does_not_match_its_vector)
+{
+    /* A code byte of slot 321; the row is 16 + 100 rounded up to 64. */
+    check_finds_flipped_row(test_path("flip.keel"), KEEL_CODES_I8, 321,
+                            16 + 40, 0x01, 128);
 }
 
 /* A file created with codes (dim floats each vector) keeps them: a writer
@@ -730,34 +743,12 @@ TEST(damaged_row_sums_never_overflow_a_search)
     CHECK_OK(keel_close(idx));
 }
 
-/* keel_check recomputes 4-bit rows too: one flipped bit of a nibble is a
-** corrupt row. */
+/* keel_check recomputes 4-bit rows too: one flipped bit of a high nibble
+** is a corrupt row (16 + 4 blocks of 16 bytes, rounded up to 64). */
 TEST(check_finds_a_4bit_row_that_does_not_match_its_vector)
 {
-    td_glove_slice(&base, &queries, &gt_l2, &gt_cos);
-    const char *path = test_path("flip4.keel");
-    keel_index *idx;
-    CHECK_OK(build(path, KEEL_L2, KEEL_F32, KEEL_CODES_I4, 500, &idx));
-    CHECK_OK(keel_flush(idx));
-    CHECK_OK(keel_check(idx));
-    CHECK_OK(keel_close(idx));
-    uint32_t rb = 0;
-    keel_header *h = newest_header(path);
-    CHECK(h != NULL);
-    uint64_t off = row_offset(h, 77, &rb);
-    free(h);
-    CHECK(off != 0);
-    CHECK_U64(rb, 128); /* 16 + 4 blocks of 16 bytes, rounded up to 64 */
-    int fd = open(path, O_RDWR);
-    uint8_t byte;
-    CHECK(pread(fd, &byte, 1, (off_t)(off + 16 + 20)) == 1);
-    byte ^= 0x10;
-    CHECK(pwrite(fd, &byte, 1, (off_t)(off + 16 + 20)) == 1);
-    close(fd);
-    CHECK_OK(keel_open_reader(path, NULL, &idx));
-    CHECK_ERR(keel_check(idx), KEEL_ECORRUPT);
-    CHECK_MSG_HAS("slot 77");
-    CHECK_OK(keel_close(idx));
+    check_finds_flipped_row(test_path("flip4.keel"), KEEL_CODES_I4, 77,
+                            16 + 20, 0x10, 128);
 }
 
 /* A 4-bit file is read and write version 4 (a keel that does not know them
