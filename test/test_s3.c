@@ -1,4 +1,4 @@
-/* test_s3.c -- the S3 client (src/objstore/s3.c) against a real object store.
+/* test_s3.c -- the S3 client (src/s3/) against a real object store.
 **
 ** The first tests need no server: names keel refuses to send, an endpoint
 ** where nothing listens (a closed port on 127.0.0.1) and one that accepts
