@@ -99,7 +99,7 @@ walk(radius_job *j)
     const keel_store *st = gr->st;
     uint32_t ep = keel__search_greedy(gr, v, c, j->q, v->entry, v->max_level,
                                       0);
-    if (visited_reset(c, v->limit) ||
+    if (keel__visited_reset(c, v->limit) ||
         heap_grow(&c->res, &c->res_cap, j->beam + 1) ||
         heap_grow(&c->cand, &c->cand_cap, KEEL_MAX(j->beam + 1, 256)))
         return KEEL_ENOMEM;

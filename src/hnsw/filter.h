@@ -4,7 +4,7 @@
 #ifndef KEEL_FILTER_H
 #define KEEL_FILTER_H
 
-#include "hnsw/search.h"
+#include "hnsw/walk.h"
 
 /* Ranges of at most this many ids are kept as a set of ids (a search can
 ** scan them exactly); longer ones as an interval tested per id. */

@@ -23,7 +23,6 @@
 ** the module.
 */
 #include "hnsw/search.h"
-#include "hnsw/walk.h"
 
 #include <math.h>
 
@@ -33,81 +32,6 @@
 #define KEEL_BR_AHEAD 1
 #endif
 
-/* bwant's room: lists of M0 + 1 ranges (a vector, record and header each
-** for one expansion; a vector and record each for every queued candidate
-** a remote walk looks ahead to, batch_reads.h keel__br_ahead). */
-#define BR_WANT_LISTS (3u + 2u * KEEL_BR_AHEAD_MAX)
-
-/* --- scratch ----------------------------------------------------------- */
-
-keel_search_ctx *
-keel__search_ctx_new(const keel_graph *gr)
-{
-    keel_search_ctx *c = keel__calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    c->dim = gr->dim;
-    c->M0 = gr->M0;
-    c->gather = keel__malloc((gr->M0 + 1) * sizeof *c->gather);
-    c->gvec = keel__malloc((gr->M0 + 1) * sizeof *c->gvec);
-    c->gdist = keel__malloc((gr->M0 + 1) * sizeof *c->gdist);
-    c->qbuf = keel__malloc(gr->dim * sizeof(float));
-    c->vbuf = keel__malloc(gr->dim * sizeof(float));
-    c->cq.qu = keel__malloc(KEEL_CODE_QUERY_BYTES(gr->dim));
-    c->cq.tmp = keel__malloc(gr->dim * sizeof(float));
-    c->link.cand = keel__malloc((gr->M0 + 2) * sizeof(uint64_t));
-    c->link.keep = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    c->link.flags = keel__malloc(2 * (size_t)gr->M0 + 2);
-    c->link.vecs = keel__malloc((gr->M0 + 2) * sizeof *c->link.vecs);
-    c->link.ovecs = keel__malloc((gr->M0 + 2) * sizeof *c->link.ovecs);
-    c->link.pos = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    c->link.idx = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    c->link.dists = keel__malloc((gr->M0 + 2) * sizeof *c->link.dists);
-    c->link.vbuf = keel__malloc(gr->dim * sizeof(float));
-    c->link.cbuf = keel__malloc(gr->dim * sizeof(float));
-    c->sel = keel__malloc((gr->M0 + 2) * sizeof(uint32_t));
-    /* A neighbour's vector, record and slot header (br_vectors). */
-    c->bwant = keel__malloc(BR_WANT_LISTS * ((size_t)gr->M0 + 1) *
-                            sizeof *c->bwant);
-    if (!c->bwant || !c->gather || !c->gvec || !c->gdist || !c->qbuf || !c->vbuf || !c->cq.qu || !c->cq.tmp || !c->link.cand || !c->link.keep ||
-        !c->link.flags || !c->link.vecs || !c->link.ovecs || !c->link.pos || !c->link.idx || !c->link.dists || !c->link.vbuf || !c->link.cbuf || !c->sel) {
-        keel__search_ctx_free(c);
-        return NULL;
-    }
-    return c;
-}
-
-void
-keel__search_ctx_free(keel_search_ctx *c)
-{
-    if (!c)
-        return;
-    keel__free(c->visited);
-    keel__free(c->touched);
-    keel__free(c->cand);
-    keel__free(c->res);
-    keel__free(c->gather);
-    keel__free(c->gvec);
-    keel__free(c->gdist);
-    keel__free(c->qbuf);
-    keel__free(c->vbuf);
-    keel__free(c->cq.qu);
-    keel__free(c->cq.tmp);
-    keel__free(c->link.cand);
-    keel__free(c->link.keep);
-    keel__free(c->link.flags);
-    keel__free(c->link.vecs);
-    keel__free(c->link.ovecs);
-    keel__free(c->link.pos);
-    keel__free(c->link.idx);
-    keel__free(c->link.dists);
-    keel__free(c->link.vbuf);
-    keel__free(c->link.cbuf);
-    keel__free(c->sel);
-    keel__free(c->bwant);
-    keel__br_scratch_free(&c->bscratch);
-    keel__free(c);
-}
 
 static void
 sort_u64(uint64_t *a, size_t n)
@@ -458,7 +382,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
            const keel_accept *acc, uint64_t budget, const int cold,
            const int coded)
 {
-    if (visited_reset(c, v->limit) ||
+    if (keel__visited_reset(c, v->limit) ||
         heap_grow(&c->res, &c->res_cap, (size_t)ef + 1) ||
         heap_grow(&c->cand, &c->cand_cap, KEEL_MAX((size_t)ef + 1, 256)))
         return -1;
@@ -591,57 +515,6 @@ keel__search_layer(const keel_graph *gr, const keel_view *v,
     if (KEEL_UNLIKELY(c->br || c->stop))
         return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 1, 0);
     return layer_walk(gr, v, c, q, entry, level, ef, acc, budget, 0, 0);
-}
-
-/* --- allow-lists ------------------------------------------------------- */
-
-int
-keel__idset_build(keel_idset *s, const uint64_t *ids, size_t n)
-{
-    uint32_t log2 = keel__log2_ceil64(n * 2 + 2);
-    if (log2 < 4)
-        log2 = 4;
-    s->mask = ((uint64_t)1 << log2) - 1;
-    s->keys = keel__malloc((size_t)(s->mask + 1) * 8);
-    s->n = 0;
-    if (!s->keys)
-        return KEEL_ENOMEM;
-    memset(s->keys, 0xFF, (size_t)(s->mask + 1) * 8);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t id = ids[i];
-        if (id == UINT64_MAX)
-            continue; /* reserved: never an id in the index */
-        uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> (64 - log2);
-        while (s->keys[h] != UINT64_MAX && s->keys[h] != id)
-            h = (h + 1) & s->mask;
-        if (s->keys[h] == UINT64_MAX) {
-            s->keys[h] = id;
-            s->n++;
-        }
-    }
-    return KEEL_OK;
-}
-
-void
-keel__idset_free(keel_idset *s)
-{
-    keel__free(s->keys);
-    s->keys = NULL;
-}
-
-int
-keel__idset_has(const keel_idset *s, uint64_t id)
-{
-    uint32_t log2 = keel__log2_floor64(s->mask + 1);
-    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> (64 - log2);
-    for (;;) {
-        uint64_t k = s->keys[h];
-        if (k == id)
-            return id != UINT64_MAX;
-        if (k == UINT64_MAX)
-            return 0;
-        h = (h + 1) & s->mask;
-    }
 }
 
 /* --- k-NN ---------------------------------------------------------------- */

@@ -1,10 +1,11 @@
 /* walk.h -- what every graph walk shares (search.c's k-NN search and
-** greedy descent, api/radius.c's radius search): the visited set of a
-** search context, binary heaps of packed (distance, slot) entries, and which
-** slots a walk may enter and return.
+** greedy descent, api/radius.c's radius search): the search context that
+** holds a walk's scratch, its visited set, binary heaps of packed
+** (distance, slot) entries, the id sets of allow-lists, and which slots a
+** walk may enter and return. walk.c defines what this file declares.
 **
 ** Invariants:
-**   (1) A visited set is empty after visited_reset: the words a walk
+**   (1) A visited set is empty after keel__visited_reset: the words a walk
 **       touched are listed in c->touched and cleared, never the whole set.
 **   (2) Heap entries are keel__pack(distance, slot): ordering the words
 **       orders by distance, then slot, so walks are deterministic.
@@ -12,36 +13,88 @@
 #ifndef KEEL_WALK_H
 #define KEEL_WALK_H
 
-#include "hnsw/search.h"
-#include "hnsw/filter.h"
+#include "store/pagein.h"
+#include "hnsw/graph.h"
+#include "hnsw/codes.h"
 
-/* Makes the visited set cover `limit` slots and empty. */
-static inline int
-visited_reset(keel_search_ctx *c, uint64_t limit)
-{
-    size_t words = (size_t)((limit + 63) / 64);
-    if (words > c->visited_words) {
-        size_t nw = KEEL_MAX(words, c->visited_words * 2);
-        uint64_t *v = keel__calloc(nw, 8);
-        uint32_t *t = keel__malloc((nw + 1) * sizeof *t);
-        if (!v || !t) {
-            keel__free(v);
-            keel__free(t);
-            return KEEL_ENOMEM;
-        }
-        keel__free(c->visited);
-        keel__free(c->touched);
-        c->visited = v;
-        c->touched = t;
-        c->visited_words = nw;
-        c->ntouched = 0;
-        return KEEL_OK;
-    }
-    for (size_t i = 0; i < c->ntouched; i++)
-        c->visited[c->touched[i]] = 0;
-    c->ntouched = 0;
-    return KEEL_OK;
-}
+/* bwant's room: lists of M0 + 1 ranges (a vector, record and header each
+** for one expansion; a vector and record each for every queued candidate
+** a remote walk looks ahead to, batch_reads.h keel__br_ahead). */
+#define KEEL_WANT_LISTS (3u + 2u * KEEL_BR_AHEAD_MAX)
+
+/* The most nearest entries a k-NN walk's settling rule watches. */
+#define KEEL_WATCH_MAX 64
+
+typedef struct keel_search_ctx {
+    uint64_t *visited;        /* bitset over slots */
+    size_t visited_words;
+    uint32_t *touched;        /* words of visited set since the last clear */
+    size_t ntouched;
+    uint64_t *cand;           /* min-heap of packed entries */
+    size_t ncand, cand_cap;
+    uint64_t *res;            /* max-heap of packed entries */
+    size_t nres, res_cap;
+    uint32_t *gather;         /* neighbours to measure, M0 */
+    const void **gvec;        /* their vectors */
+    float *gdist;             /* their distances (grouped kernels) */
+    float *qbuf;              /* the query as searched (normalized) */
+    float *vbuf;              /* a stored vector widened to f32 */
+    /* Traversal codes: a k-NN search of a file with codes walks on them
+     * (coded set for the call), then measures its results exactly. */
+    int coded;
+    /* A k-NN walk's settling rule (search_knn sets it for one level-0
+     * walk; 0 otherwise: builds and radius walks): the walk also stops once
+     * its `watch` nearest accepted nodes (at most KEEL_WATCH_MAX) have
+     * stayed the same over `quiet_max` expansions of accepted nodes. */
+    uint32_t quiet_max, watch;
+    keel_code_query cq;       /* cq.qu: KEEL_CODE_QUERY_BYTES(dim) */
+    uint64_t ndist;           /* distances computed by the last walk */
+    keel_link_scratch link;   /* for builds */
+    uint32_t *sel;            /* selected neighbours, M0 + 1 */
+    uint32_t dim, M0;
+    /* Batch reads (batch_reads.h): the record of the file this search
+     * reads, NULL while the module is off or the file known resident. */
+    keel_br_record *br;
+    keel_br_cache brc;
+    keel_br_range *bwant;     /* KEEL_WANT_LISTS (M0 + 1) ranges: a vector,
+                               * record and slot header per neighbour */
+    keel_br_scratch bscratch;
+    uint32_t ahead;           /* a remote level-0 walk's look-ahead
+                               * (keel__br_remote_ahead; 0 for a local
+                               * file), set for each search, 0 after */
+    /* The call this search works for, set by the api layer for one call
+     * (NULL: nothing can cancel it): polled where the search brings pages
+     * in, which is where a search of a published index waits. */
+    keel_stop *stop;
+    int br_rc;                /* why bringing pages in failed (KEEL_EIO,
+                                 KEEL_ECANCELED): keel__search_knn's code */
+    struct keel_search_ctx *next; /* pool */
+} keel_search_ctx;
+
+keel_search_ctx *keel__search_ctx_new(const keel_graph *gr);
+void keel__search_ctx_free(keel_search_ctx *ctx);
+
+/* A set of u64 ids (allow-lists). */
+typedef struct keel_idset {
+    uint64_t *keys;           /* UINT64_MAX = empty */
+    uint64_t mask;
+    size_t n;                 /* distinct ids */
+} keel_idset;
+int keel__idset_build(keel_idset *s, const uint64_t *ids, size_t n);
+void keel__idset_free(keel_idset *s);
+int keel__idset_has(const keel_idset *s, uint64_t id);
+
+/* Which nodes a walk may return. */
+typedef struct keel_accept {
+    int all;                  /* 1: every node reached (builds) */
+    int (*filter)(uint64_t id, void *arg);
+    void *filter_arg;
+    const keel_idset *allowed;
+} keel_accept;
+
+/* Makes the visited set cover `limit` slots and empty (invariant 1);
+** KEEL_OK or KEEL_ENOMEM. */
+int keel__visited_reset(keel_search_ctx *c, uint64_t limit);
 
 /* Whether s is marked visited. */
 static inline int
