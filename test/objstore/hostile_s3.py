@@ -153,6 +153,8 @@ class Answer:
         self.headers = headers
         self.body = body
         self.head_only = head_only
+        self.filler = 0     # bytes of "x" streamed after body, then tail
+        self.tail = b""
 
 
 REASONS = {200: "OK", 204: "No Content", 206: "Partial Content",
@@ -466,10 +468,11 @@ class Conn(socketserver.BaseRequestHandler):
             head = b"<?xml version='1.0'?><Error><Code>HostileHuge</Code>" \
                    b"<Message>"
             tail = b"</Message></Error>"
-            return Answer(int(p.get("code", "400")),
-                          [("Content-Type", "application/xml")],
-                          head + b"x" * max(0, size - len(head) - len(tail)) +
-                          tail)
+            a = Answer(int(p.get("code", "400")),
+                       [("Content-Type", "application/xml")], head)
+            a.filler = max(0, size - len(head) - len(tail))
+            a.tail = tail
+            return a
         return right_answer(method, path, q, headers, body, mode, p)
 
     def write(self, mode, p, method, a):
@@ -482,7 +485,7 @@ class Conn(socketserver.BaseRequestHandler):
                 hs.append(("ETag", '"ab\0cd"'))
             else:
                 hs.append(("x-amz-meta-nul", "a\0b"))
-        length = len(body)
+        length = len(body) + a.filler + len(a.tail)
         chunked = mode in ("chunked", "chunked-bad") and not a.head_only
         if chunked:
             hs.append(("Transfer-Encoding", "chunked"))
@@ -503,12 +506,13 @@ class Conn(socketserver.BaseRequestHandler):
             return
         if chunked:
             n = int(p.get("chunk", "7"))
+            parts = [wire]
             for i in range(0, len(body), n):
                 c = body[i:i + n]
                 size = b"zz" if mode == "chunked-bad" else b"%x" % len(c)
-                wire += size + b"\r\n" + c + b"\r\n"
-            wire += b"0\r\n\r\n"
-            self.send(wire, rate)
+                parts.append(size + b"\r\n" + c + b"\r\n")
+            parts.append(b"0\r\n\r\n")
+            self.send(b"".join(parts), rate)
             return
         if mode == "close-mid-body":
             at = int(p.get("at", str(length // 2)))
@@ -516,6 +520,14 @@ class Conn(socketserver.BaseRequestHandler):
             self.sock.shutdown(socket.SHUT_RDWR)
             raise Gone()
         self.send(wire + body, rate)
+        if a.filler:
+            block = b"x" * 65536
+            left = a.filler
+            while left:
+                n = min(left, len(block))
+                self.send(block[:n])
+                left -= n
+            self.send(a.tail)
         if mode == "long-length":
             self.hold(float(p.get("hold", "0")))
 
