@@ -138,6 +138,28 @@ typedef struct cli_progress {
 void cli_progress_begin(cli_progress *p, keel_index *idx, const char *label);
 void cli_progress_end(cli_progress *p, keel_index *idx);
 
+/* Ctrl-C and SIGTERM while a command writes an index (interrupt.c). */
+#define CLI_PHASE_OFF  0 /* the handler ends the command at once */
+#define CLI_PHASE_WAIT 1 /* waiting for input: the handler ends it at once */
+#define CLI_PHASE_KEEL 2 /* keel works: the handler notes the signal only */
+
+/* Catches SIGINT and SIGTERM for the rest of the command. */
+void cli_interrupt_install(void);
+
+/* Enters phase p. The message (printf-style) is what the handler writes if
+** it ends the command in this phase ("keel build: interrupted; ..."); with
+** created set, it first removes path, which the command created. A NULL
+** path keeps the path and created of the phase before. */
+void cli_interrupt_phase(int p, const char *path, int created,
+                         const char *fmt, ...) CLI_PRINTF(4, 5);
+
+/* The signal caught (SIGINT, SIGTERM), or 0. The exit status for it is 128
+** plus its number. */
+int cli_interrupted(void);
+
+/* A keel_cancel_fn: nonzero once a signal was caught. */
+int cli_interrupt_cancel(void *arg);
+
 /* The commands. Each gets the words after its name and returns an exit
 ** status. */
 int cmd_build(int argc, char **argv);

@@ -6,7 +6,9 @@
 ** it was, and a build that created the file removes it when it fails. A
 ** file goes in as one keel_add_batch; standard input is read and added a
 ** bounded chunk at a time, each row checked as it arrives, so memory stays
-** bounded and input that is not .fvecs fails at its first row.
+** bounded and input that is not .fvecs fails at its first row. Ctrl-C and
+** SIGTERM are failures too (interrupt.c): linking is cancelled, a file this
+** build created is removed, and the user is told what was kept.
 */
 #define _POSIX_C_SOURCE 200809L
 
@@ -278,10 +280,13 @@ input_next(struct input *in)
 }
 
 /* Adds every vector of the input (the first chunk is in in->vf already).
-** *total gets how many went in. */
+** *total gets how many went in. msg_wait and msg_keel are what an interrupt
+** says while standard input is read and while keel links (cmd_build). A
+** signal makes it return CLI_FAIL with nothing printed. */
 static int
 add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
-        const char *ids_path, size_t *total)
+        const char *ids_path, const char *msg_wait, const char *msg_keel,
+        size_t *total)
 {
     cli_progress bar;
     char a[32], b[32];
@@ -301,13 +306,20 @@ add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
             int krc = keel_add_batch(idx, in->vf.data, n,
                                      ids ? ids + *total : NULL, NULL);
             cli_progress_end(&bar, idx);
+            if (krc == KEEL_ECANCELED && cli_interrupted())
+                return CLI_FAIL; /* cmd_build says what was kept */
             if (krc != KEEL_OK)
                 return cli_keel_error(krc);
             *total += n;
         }
         if (in->done)
             break;
+        if (cli_interrupted())
+            return CLI_FAIL;
+        /* Waiting for standard input: only the handler can end the wait. */
+        cli_interrupt_phase(CLI_PHASE_WAIT, NULL, 0, "%s", msg_wait);
         int rc = input_next(in);
+        cli_interrupt_phase(CLI_PHASE_KEEL, NULL, 0, "%s", msg_keel);
         if (rc != CLI_OK)
             return rc;
     }
@@ -348,6 +360,50 @@ probe_index(const char *path, int *existed, uint64_t *count)
     return cli_open_error(krc);
 }
 
+/* Bytes the file system holds for path (du), 0 if it cannot tell. */
+static uint64_t
+allocated_bytes(const char *path)
+{
+    struct stat sb;
+
+    return stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512u : 0;
+}
+
+/* After SIGINT or SIGTERM (interrupt.c): says what was kept, removes a file
+** this build created and returns 128 + the signal's number. flushed says
+** whether the build's flush completed; held is what the file held before. */
+static int
+interrupted(const char *path, int existed, uint64_t before, int flushed,
+            uint64_t count, uint64_t held)
+{
+    char a[32], b[32];
+    int sig = cli_interrupted();
+
+    if (flushed) {
+        fprintf(stderr, "keel build: interrupted after the build was flushed; "
+                "%s holds %s vectors: everything was kept\n", path,
+                cli_commas(count, a, sizeof a));
+    } else if (!existed) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            fprintf(stderr, "keel build: interrupted; could not remove %s, "
+                    "which this build created: %s\n", path, strerror(errno));
+        else
+            fprintf(stderr, "keel build: interrupted; removed %s, which this "
+                    "build created: nothing was kept\n", path);
+    } else {
+        uint64_t now = allocated_bytes(path);
+        fprintf(stderr, "keel build: interrupted; nothing was added: %s holds "
+                "its %s vectors as before\n", path,
+                cli_commas(before, a, sizeof a));
+        if (now > held)
+            fprintf(stderr, "help: the file holds %s more than before, the "
+                    "space the dropped vectors took; the next 'keel build "
+                    "--append' reuses it, and 'keel compact %s' gives it back "
+                    "now\n", cli_bytes(now - held, b, sizeof b), path);
+    }
+    return 128 + sig;
+}
+
 int
 cmd_build(int argc, char **argv)
 {
@@ -366,12 +422,12 @@ cmd_build(int argc, char **argv)
     keel_options opt;
     unsigned given = 0;
     struct input in;
-    uint64_t *ids = NULL, before = 0;
+    uint64_t *ids = NULL, before = 0, held = 0;
     size_t n_ids = 0, total = 0;
     keel_index *idx = NULL;
-    char err[1024], a[32], b[32];
+    char err[1024], a[32], b[32], msg_wait[1024], msg_keel[1024];
     double start, seconds;
-    int npos, rc, krc, existed = 0, opened = 0;
+    int npos, rc, krc, existed = 0, opened = 0, flushed = 0;
 
     memset(&opt, 0, sizeof opt);
     memset(&in, 0, sizeof in);
@@ -385,6 +441,12 @@ cmd_build(int argc, char **argv)
     const char *path = argv[0], *vectors = argv[1];
     int append = opts[O_APPEND].value != NULL;
 
+    /* Until the index is opened nothing is written: an interrupt ends the
+    ** command at once. */
+    cli_interrupt_phase(CLI_PHASE_WAIT, NULL, 0,
+                        "keel build: interrupted before anything was "
+                        "written; %s is as it was\n", path);
+    cli_interrupt_install();
     rc = probe_index(path, &existed, &before);
     if (rc != CLI_OK)
         return rc;
@@ -394,6 +456,7 @@ cmd_build(int argc, char **argv)
                         "%s already holds an index of %s vectors; keel build "
                         "adds to an existing index only with --append",
                         path, cli_commas(before, a, sizeof a));
+    held = existed ? allocated_bytes(path) : 0;
 
     /* Read the input (or a stream's first chunk) before the index is
     ** opened, so a bad input never creates an empty index. */
@@ -422,30 +485,62 @@ cmd_build(int argc, char **argv)
         h5file_is(vectors) && (rc = metric_from_hdf5(vectors, &opt, &given)))
         goto out;
 
+    /* From here an interrupt while keel works is taken up by the command
+    ** (the cancel callback stops linking); one while standard input is
+    ** awaited, or a second one, ends it in the handler. Either way a file
+    ** this build created goes. */
+    if (!existed)
+        snprintf(msg_wait, sizeof msg_wait, "keel build: interrupted; removed "
+                 "%s, which this build created: nothing was kept\n", path);
+    else
+        snprintf(msg_wait, sizeof msg_wait, "keel build: interrupted; nothing "
+                 "was added: %s holds its %s vectors as before\n", path,
+                 cli_commas(before == UINT64_MAX ? 0 : before, a, sizeof a));
+    snprintf(msg_keel, sizeof msg_keel, "%s", msg_wait);
+    cli_interrupt_phase(CLI_PHASE_KEEL, path, !existed, "%s", msg_keel);
     rc = cli_open_writer(path, in.vf.dim, &opt, given, 1, &idx);
     if (rc != CLI_OK)
         goto out;
     opened = 1;
     before = keel_count(idx);
+    keel_set_cancel(idx, cli_interrupt_cancel, NULL);
+    if (cli_interrupted())
+        goto out;
 
     start = cli_now();
-    rc = add_all(idx, &in, ids, n_ids, opts[O_IDS].value, &total);
-    if (rc != CLI_OK)
+    rc = add_all(idx, &in, ids, n_ids, opts[O_IDS].value, msg_wait, msg_keel,
+                 &total);
+    if (rc != CLI_OK || cli_interrupted())
         goto out;
+    /* A second signal while the flush runs ends the command before it can
+    ** say which state the file is in. */
+    if (existed)
+        cli_interrupt_phase(CLI_PHASE_KEEL, path, 0, "keel build: interrupted "
+                            "while flushing; %s holds either its %s vectors "
+                            "as before or all %s: 'keel info %s' says which\n",
+                            path, cli_commas(before, a, sizeof a),
+                            cli_commas(before + total, b, sizeof b), path);
     krc = keel_flush(idx);
     if (krc != KEEL_OK) {
         rc = cli_keel_error(krc);
         goto out;
     }
+    flushed = 1;
     seconds = cli_now() - start;
     print_summary(idx, path, total, seconds, existed, before,
                   opts[O_JSON].value != NULL);
 
 out:
     if (idx != NULL) {
+        uint64_t count = keel_count(idx);
         int crc = keel_close(idx);
         if (crc != KEEL_OK && rc == CLI_OK)
             rc = cli_keel_error(crc);
+        if (cli_interrupted() && (rc == CLI_OK || rc == CLI_FAIL)) {
+            free(ids);
+            input_free(&in);
+            return interrupted(path, existed, before, flushed, count, held);
+        }
     }
     /* Nothing was flushed; a file this build created goes, so a failed
     ** build leaves the path as it found it. */

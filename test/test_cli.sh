@@ -487,6 +487,80 @@ grep -q 'row 3 (byte offset 1212) gives dimension 2, but row 0 gives 100' \
 [ ! -e "$T/tail.keel" ] || fail "a failed build from stdin left its index"
 ok "a failed build of a new index removes the file it created"
 
+# Ctrl-C (SIGINT) and SIGTERM are failures too: a real signal mid-link
+# removes the file the build created, says so and exits 128 + the signal.
+# 30,000 vectors on one thread link for seconds; the signal comes 0.3 s
+# after the file appears (the input is read before the index is opened).
+cat "$BASE" "$BASE" "$BASE" >"$T/b30.fvecs"
+# interrupt SIG STATUS INDEX [build options]: builds INDEX from b30.fvecs on
+# one thread, sends SIG once the file exists (and 0.3 s more), insists on
+# STATUS and "interrupted" on stderr.
+interrupt() {
+    sig=$1 want=$2 at=$3
+    shift 3
+    "$KEEL" build "$at" "$T/b30.fvecs" --threads 1 "$@" >"$T/out" 2>"$T/err" &
+    pid=$!
+    i=0
+    while [ ! -e "$at" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    sleep "${PAUSE:-0.3}"
+    kill "-$sig" $pid
+    st=0
+    wait $pid || st=$?
+    [ "$st" -eq "$want" ] || fail "build interrupted by SIG$sig exited $st, not $want"
+    grep -q '^keel build: interrupted' "$T/err" || fail "SIG$sig: no 'interrupted' message"
+}
+interrupt INT 130 "$T/int.keel"
+grep -q "removed $T/int.keel, which this build created: nothing was kept" \
+    "$T/err" || fail "SIGINT mid-link does not say it removed the file"
+[ ! -e "$T/int.keel" ] || fail "SIGINT mid-link left the file it created"
+interrupt TERM 143 "$T/term.keel"
+[ ! -e "$T/term.keel" ] || fail "SIGTERM mid-link left the file it created"
+expect 0 "build after an interrupted build of the same path" build \
+    "$T/int.keel" "$T/three.fvecs"
+ok "SIGINT and SIGTERM mid-link remove the new file, say so, exit 130 and 143"
+
+# While standard input is awaited no callback runs: the handler ends the
+# build itself, and still removes the file. The feed is one 8 MB chunk
+# (20,971 rows), which the build links, then waits for more in a pipe read
+# (the kernel's wait channel says so); a narrow build links it quickly.
+mkfifo "$T/slow" || fail "cannot make a FIFO"
+"$KEEL" build "$T/wait.keel" - --ef-construction 8 -M 4 <"$T/slow" \
+    >"$T/out" 2>"$T/err" &
+pid=$!
+{ head -c $((20971 * 404)) "$T/b30.fvecs"; exec sleep 60; } >"$T/slow" &
+feeder=$!
+i=0
+while [ $i -lt 600 ]; do
+    [ -e "$T/wait.keel" ] && grep -q pipe "/proc/$pid/wchan" 2>/dev/null && break
+    sleep 0.1
+    i=$((i + 1))
+done
+kill -INT $pid
+st=0
+wait $pid || st=$?
+kill $feeder 2>/dev/null
+wait $feeder 2>/dev/null
+[ "$st" -eq 130 ] || fail "build - interrupted while reading exited $st, not 130"
+grep -q 'keel build: interrupted; removed' "$T/err" ||
+    fail "build - interrupted while reading does not say it removed the file"
+[ ! -e "$T/wait.keel" ] || fail "build - interrupted while reading left its file"
+ok "SIGINT while build - waits for input removes the new file, exits 130"
+
+# --append keeps the index's vectors, and says how much space the dropped
+# vectors hold and how to get it back; the next --append reuses it.
+cp "$IDX" "$T/app.keel"
+expect 0 "info before an interrupted --append" info "$T/app.keel"
+kept=$(field 'live vectors')
+PAUSE=1 interrupt INT 130 "$T/app.keel" --append
+grep -q "nothing was added: $T/app.keel holds its $kept vectors as before" \
+    "$T/err" || fail "an interrupted --append does not say what was kept"
+grep -q "^help: the file holds .* more than before.*keel compact" "$T/err" ||
+    fail "an interrupted --append does not say what space it holds"
+expect 0 "info after an interrupted --append" info "$T/app.keel"
+[ "$(field 'live vectors')" = "$kept" ] || fail "an interrupted --append changed the count"
+expect 0 "check after an interrupted --append" check "$T/app.keel"
+ok "SIGINT during --append keeps the $kept vectors and says what space it holds"
+
 # Standard input is checked as it arrives: 100 MB of zeros fail at row 0,
 # in bounded memory, and leave no index.
 st=0
