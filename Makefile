@@ -76,7 +76,7 @@ SONAME  = libkeel.so.0
 # programs load, and the link that -lkeel finds.
 SHLIB   = $(BUILD)/libkeel.so.$(VERSION) $(BUILD)/$(SONAME) $(BUILD)/libkeel.so
 
-all: $(BUILD)/libkeel.a $(SHLIB) $(BUILD)/keel $(BUILD)/keel.pc
+all: $(BUILD)/libkeel.a $(SHLIB) $(BUILD)/keel $(BUILD)/keel.pc $(BUILD)/keel_sqlite.so
 
 # Once per build directory, before anything compiles: the packages the build
 # needs are there (tools/checkdeps.sh names a missing one and `make deps`).
@@ -90,7 +90,7 @@ $(DEPS_OK):
 $(BUILD)/src/hnsw/dist_avx2.o: CFLAGS_ALL += -mavx2 -mfma -mf16c
 $(BUILD)/src/hnsw/dist_avx512.o: CFLAGS_ALL += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h cli/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*/*.h cli/*.h sqlite/*.h test/*.h test/lib/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -104,6 +104,17 @@ $(BUILD)/libkeel.so.$(VERSION): $(LIB_OBJ) src/keel.map
 
 $(BUILD)/$(SONAME) $(BUILD)/libkeel.so: $(BUILD)/libkeel.so.$(VERSION)
 	ln -sf libkeel.so.$(VERSION) $@
+
+# keel as a SQLite loadable extension (sqlite/, doc/sqlite.md): libkeel
+# linked in whole and hidden, SQLite's entry points the only exports. It
+# builds against Debian's libsqlite3-dev headers and links no SQLite: the
+# host that loads it (the sqlite3 shell, Python's sqlite3) provides it.
+SQLITE_SRC = $(wildcard sqlite/*.c)
+SQLITE_OBJ = $(SQLITE_SRC:%.c=$(BUILD)/%.o)
+
+$(BUILD)/keel_sqlite.so: $(SQLITE_OBJ) $(BUILD)/libkeel.a sqlite/keel_sqlite.map
+	$(CC) -shared -Wl,--version-script=sqlite/keel_sqlite.map -Wl,--exclude-libs,ALL \
+	    $(LDFLAGS_ALL) -o $@ $(SQLITE_OBJ) $(BUILD)/libkeel.a $(LDLIBS_ALL)
 
 $(BUILD)/cli/%.o: CFLAGS_ALL += $(HDF5_CFLAGS)
 
@@ -232,6 +243,7 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' keel.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/keel.pc
 	install -m 755 $(BUILD)/keel $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/keel_sqlite.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 doc/keel.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 deps:

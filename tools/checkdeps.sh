@@ -59,4 +59,11 @@ if ! $cc ${HDF5_CFLAGS:-} -o "$tmp/h" "$tmp/h.c" ${HDF5_LIBS:--lhdf5} \
     2>"$tmp/err"; then
     missing "hdf5.h or the hdf5 library is missing (Debian package libhdf5-dev)"
 fi
+
+# SQLite's extension header for build/keel_sqlite.so (no SQLite is linked).
+printf '#include <sqlite3ext.h>\nSQLITE_EXTENSION_INIT1\nint f(void);\nint f(void) { return SQLITE_OK; }\n' >"$tmp/s.c"
+# shellcheck disable=SC2086
+if ! $cc ${CFLAGS:-} -c "$tmp/s.c" -o "$tmp/s.o" 2>"$tmp/err"; then
+    missing "sqlite3ext.h is missing (Debian package libsqlite3-dev)"
+fi
 exit 0
