@@ -218,8 +218,8 @@ PYTHON ?= /usr/bin/python3
 python: $(BUILD)/libkeel.a
 	cd python && KEEL_LIB=$(abspath $(BUILD))/libkeel.a $(PYTHON) setup.py -q build_ext --inplace
 
-test-python: python
-	$(PYTHON) -X dev -W error -m pytest -q python/tests
+test-python: python $(BUILD)/keel_sqlite.so
+	KEEL_SQLITE=$(abspath $(BUILD))/keel_sqlite.so $(PYTHON) -X dev -W error -m pytest -q python/tests
 
 # The README's second command: installs what the tests need, then runs
 # every suite (plain, ASan+UBSan, TSan, Python, object store).

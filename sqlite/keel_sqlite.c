@@ -415,9 +415,16 @@ kv_destroy(sqlite3_vtab *vt)
         sqlite3_free(sql);
         if (rc)
             return rc;
+        /* The file, and keel's undo log beside it (doc/format.md). */
         sqlite3_vfs *vfs = table_vfs(t);
+        char *undo = sqlite3_mprintf("%s.undo", t->path);
+        int res = 0;
         if (vfs && file_exists(t))
             vfs->xDelete(vfs, t->path, 1);
+        if (vfs && undo &&
+            !vfs->xAccess(vfs, undo, SQLITE_ACCESS_EXISTS, &res) && res)
+            vfs->xDelete(vfs, undo, 1);
+        sqlite3_free(undo);
     }
     table_free(t);
     return SQLITE_OK;

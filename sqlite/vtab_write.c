@@ -219,6 +219,7 @@ reconcile(kv_table *t, sqlite3 *db, const char *schema, keel_index *h,
             if (has_vec ? !live || !same_vector(t, t->tmp, t->in) : live) {
                 ++*differ;
                 if (apply) {
+                    krc = KEEL_OK;
                     if (live)
                         krc = keel_delete(h, id);
                     if (!krc && has_vec)
