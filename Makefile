@@ -66,7 +66,7 @@ TEST_LIB_OBJ = $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 FUZZ_TARGETS = $(patsubst test/fuzz/%.c,%,$(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: all lib cli test asan tsan check install clean deps demo python test-python crash-long stress-long \
+.PHONY: all lib cli test test-bins check-bins test-objstore-run asan tsan check install clean deps demo python test-python crash-long stress-long \
         test-objstore \
         bench bench-smoke bench-remote fuzz pagein-bench
 
@@ -152,6 +152,10 @@ OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/
                  $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel
 
 test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
+	$(MAKE) test-objstore-run
+
+# The same, with everything already built (tools/check.sh runs this).
+test-objstore-run:
 	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \
 	    test/objstore/cli.sh test/objstore/python.sh
 
@@ -221,15 +225,24 @@ python: $(BUILD)/libkeel.a
 test-python: python $(BUILD)/keel_sqlite.so
 	KEEL_SQLITE=$(abspath $(BUILD))/keel_sqlite.so $(PYTHON) -X dev -W error -m pytest -q python/tests
 
-# The README's second command: installs what the tests need, then runs
-# every suite (plain, ASan+UBSan, TSan, Python, object store).
+# Everything a suite runs, built but not run: the plain and sanitizer test
+# binaries, the CLI and the Python extension.
+test-bins: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5 $(OBJSTORE_TESTS)
+
+check-bins:
+	$(MAKE) test-bins
+	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test-bins
+	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 build/tsan/libkeel.a \
+	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+	$(MAKE) python
+
+# The README's second command: installs what the tests need, builds every
+# suite, then runs them side by side (tools/check.sh: one line a suite as it
+# ends, logs in build/check/, and a last line "check: N passed, N failed").
 check:
 	sh tools/deps.sh
-	$(MAKE) test
-	$(MAKE) asan
-	$(MAKE) tsan
-	$(MAKE) test-python
-	$(MAKE) test-objstore
+	$(MAKE) -j$(shell nproc 2>/dev/null || echo 2) check-bins
+	bash tools/check.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \
