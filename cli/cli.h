@@ -60,6 +60,12 @@ int cli_u64(const char *cmd, const char *what, const char *s, uint64_t min,
 int cli_u32(const char *cmd, const char *what, const char *s, uint32_t min,
             uint32_t max, uint32_t *out);
 
+/* A usage error if more than one of the n inputs given[i] (NULL: not
+** given; names[i] is what the user calls it) is "-": standard input can
+** feed only one of them. */
+int cli_one_stdin(const char *cmd, const char *const *names,
+                  const char *const *given, size_t n);
+
 /* A usage error if an id repeats among ids[0..n) (the ID arguments of
 ** cmd): names it and which arguments hold it. */
 int cli_repeated_id(const char *cmd, const uint64_t *ids, size_t n);
@@ -76,6 +82,11 @@ int cli_fail(const char *help, const char *fmt, ...) CLI_PRINTF(2, 3);
 ** in the CLI's terms (cli_speak). Returns the exit status for rc: CLI_CORRUPT,
 ** CLI_LOCKED or CLI_FAIL. */
 int cli_keel_error(int rc);
+
+/* cli_keel_error for a failed keel_add_batch of rows first.. of input
+** (what messages call the whole input): the library's "vector N of the
+** batch" becomes "vector first+N of <input>", the row in the whole input. */
+int cli_keel_error_at(int rc, size_t first, const char *input);
 
 /* The same for a failed keel_open or keel_open_reader, where
 ** KEEL_ENOTFOUND means no index at the path: CLI_MISSING. */

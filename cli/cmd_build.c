@@ -4,9 +4,11 @@
 ** A build is all or nothing: nothing is flushed until every vector is in,
 ** so a bad vector anywhere (NaN, a duplicate id) leaves an existing index as
 ** it was, and a build that created the file removes it when it fails. A
-** file goes in as one keel_add_batch; standard input is read and added a
-** bounded chunk at a time, each row checked as it arrives, so memory stays
-** bounded and input that is not .fvecs fails at its first row. Ctrl-C and
+** file goes in as one keel_add_batch; standard input and an HDF5 file's
+** train set are read and added a bounded chunk at a time (standard input's
+** rows checked as they arrive, so input that is not .fvecs fails at its
+** first row), so memory stays bounded. A vector the library refuses is
+** named by its row in the whole input, not in the chunk. Ctrl-C and
 ** SIGTERM are failures too (interrupt.c): linking is cancelled, a file this
 ** build created is removed, and the user is told what was kept.
 */
@@ -155,13 +157,13 @@ build_options(cli_opt *opts, keel_options *opt, unsigned *given)
     }
     if (opts[O_EFC].value != NULL) {
         rc = cli_u32("build", "--ef-construction", opts[O_EFC].value, 1,
-                     UINT32_MAX, &opt->ef_construction);
+                     100000, &opt->ef_construction); /* the library's cap */
         if (rc != CLI_OK)
             return rc;
     }
     if (opts[O_THREADS].value != NULL) {
-        rc = cli_u32("build", "--threads", opts[O_THREADS].value, 0, 65536,
-                     &opt->threads);
+        rc = cli_u32("build", "--threads", opts[O_THREADS].value, 0, 4096,
+                     &opt->threads); /* the library's cap */
         if (rc != CLI_OK)
             return rc;
     }
@@ -209,12 +211,17 @@ print_summary(keel_index *idx, const char *path, size_t n, double seconds,
                cli_commas(keel_count(idx), b, sizeof b));
 }
 
-/* What the build reads: a whole file, or a stream a chunk at a time. */
+/* What the build reads: a whole file, or a stream a chunk at a time
+** (standard input, and an HDF5 file's train set, whose size the file only
+** declares). */
 struct input {
     const char *name; /* as the user gave it ("-" reads as "standard input") */
+    const char *shown; /* what messages call it */
     int streaming;
+    int hdf5;         /* streaming from h5 */
     vecfile vf;       /* the whole file; or the stream's current chunk */
     vecstream vs;
+    h5stream h5;
     size_t cap;       /* rows vf.data holds when streaming */
     int done;         /* the stream has ended */
 };
@@ -224,6 +231,7 @@ input_free(struct input *in)
 {
     if (in->streaming) {
         vecstream_close(&in->vs);
+        h5stream_close(&in->h5);
         free(in->vf.data);
         in->vf.data = NULL;
     } else {
@@ -239,26 +247,35 @@ input_open(struct input *in, const char *name)
     char err[1024];
 
     in->name = name;
-    in->streaming = strcmp(name, "-") == 0;
+    in->hdf5 = h5file_is(name);
+    in->streaming = in->hdf5 || strcmp(name, "-") == 0;
+    in->shown = strcmp(name, "-") == 0 ? "standard input" : name;
     if (!in->streaming) {
-        int vrc = h5file_is(name)
-            ? h5file_load(name, "train", &in->vf, err, sizeof err)
-            : vecfile_load(name, &in->vf, err, sizeof err);
-        if (vrc != VECFILE_OK)
+        if (vecfile_load(name, &in->vf, err, sizeof err) != VECFILE_OK)
             return cli_fail_msg(err);
         in->done = 1;
         return CLI_OK;
     }
-    if (vecstream_open(name, &in->vs, err, sizeof err) != VECFILE_OK)
-        return cli_fail_msg(err);
-    size_t row = (size_t)in->vs.dim * sizeof(float);
-    in->cap = STREAM_CHUNK_BYTES / row > 0 ? STREAM_CHUNK_BYTES / row : 1;
-    in->vf.dim = in->vs.dim;
-    in->vf.data = malloc(in->cap * row);
+    if (in->hdf5) {
+        if (h5stream_open(name, "train", &in->h5, err, sizeof err) !=
+            VECFILE_OK)
+            return cli_fail_msg(err);
+        in->vf.dim = in->h5.dim;
+        in->cap = h5file_block_rows(in->h5.dim);
+        if (in->cap > in->h5.n)
+            in->cap = in->h5.n > 0 ? in->h5.n : 1;
+    } else {
+        if (vecstream_open(name, &in->vs, err, sizeof err) != VECFILE_OK)
+            return cli_fail_msg(err);
+        size_t row = (size_t)in->vs.dim * sizeof(float);
+        in->cap = STREAM_CHUNK_BYTES / row > 0 ? STREAM_CHUNK_BYTES / row : 1;
+        in->vf.dim = in->vs.dim;
+    }
+    in->vf.data = malloc(in->cap * in->vf.dim * sizeof(float));
     if (in->vf.data == NULL)
         return cli_fail("free memory and retry",
-                        "out of memory for %zu rows of standard input",
-                        in->cap);
+                        "out of memory for %zu rows of %s", in->cap,
+                        in->shown);
     return CLI_OK;
 }
 
@@ -267,14 +284,18 @@ static int
 input_next(struct input *in)
 {
     char err[1024];
+    int vrc;
 
     in->vf.n = 0;
     if (!in->streaming || in->done)
         return CLI_OK;
-    if (vecstream_read(&in->vs, in->vf.data, in->cap, &in->vf.n, err,
-                       sizeof err) != VECFILE_OK)
+    vrc = in->hdf5 ? h5stream_read(&in->h5, in->vf.data, in->cap, &in->vf.n,
+                                   err, sizeof err)
+                   : vecstream_read(&in->vs, in->vf.data, in->cap, &in->vf.n,
+                                    err, sizeof err);
+    if (vrc != VECFILE_OK)
         return cli_fail_msg(err);
-    if (in->vf.n < in->cap)
+    if (in->vf.n < in->cap || (in->hdf5 && in->h5.next == in->h5.n))
         in->done = 1;
     return CLI_OK;
 }
@@ -300,7 +321,7 @@ add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
                              "the vectors' order",
                              "--ids %s holds %s ids but %s holds more vectors",
                              ids_path, cli_commas(n_ids, a, sizeof a),
-                             in->streaming ? "standard input" : in->name);
+                             in->shown);
         if (n > 0) {
             cli_progress_begin(&bar, idx, "linking");
             int krc = keel_add_batch(idx, in->vf.data, n,
@@ -309,14 +330,15 @@ add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
             if (krc == KEEL_ECANCELED && cli_interrupted())
                 return CLI_FAIL; /* cmd_build says what was kept */
             if (krc != KEEL_OK)
-                return cli_keel_error(krc);
+                return cli_keel_error_at(krc, *total, in->shown);
             *total += n;
         }
         if (in->done)
             break;
         if (cli_interrupted())
             return CLI_FAIL;
-        /* Waiting for standard input: only the handler can end the wait. */
+        /* Waiting for input (a pipe, or an HDF5 file's next block): only
+        ** the handler can end the wait. */
         cli_interrupt_phase(CLI_PHASE_WAIT, NULL, 0, "%s", msg_wait);
         int rc = input_next(in);
         cli_interrupt_phase(CLI_PHASE_KEEL, NULL, 0, "%s", msg_keel);
@@ -329,8 +351,7 @@ add_all(keel_index *idx, struct input *in, const uint64_t *ids, size_t n_ids,
                          "vectors' order",
                          "--ids %s holds %s ids but %s holds %s vectors",
                          ids_path, cli_commas(n_ids, a, sizeof a),
-                         in->streaming ? "standard input" : in->name,
-                         cli_commas(*total, b, sizeof b));
+                         in->shown, cli_commas(*total, b, sizeof b));
     return CLI_OK;
 }
 
@@ -440,6 +461,11 @@ cmd_build(int argc, char **argv)
         return rc;
     const char *path = argv[0], *vectors = argv[1];
     int append = opts[O_APPEND].value != NULL;
+    const char *from[] = {"VECTORS", "--ids"};
+    const char *inputs[] = {vectors, opts[O_IDS].value};
+    rc = cli_one_stdin("build", from, inputs, 2);
+    if (rc != CLI_OK)
+        return rc;
 
     /* Until the index is opened nothing is written: an interrupt ends the
     ** command at once. */
@@ -469,13 +495,14 @@ cmd_build(int argc, char **argv)
             rc = cli_fail_msg(err);
             goto out;
         }
-        if (!in.streaming && n_ids != in.vf.n) {
+        size_t rows = in.hdf5 ? in.h5.n : in.vf.n;
+        if ((!in.streaming || in.hdf5) && n_ids != rows) {
             rc = cli_usage("build",
                            "give --ids a file with one id per vector, in the "
                            "vectors' order",
                            "--ids %s holds %s ids but %s holds %s vectors",
                            opts[O_IDS].value, cli_commas(n_ids, a, sizeof a),
-                           vectors, cli_commas(in.vf.n, b, sizeof b));
+                           vectors, cli_commas(rows, b, sizeof b));
             goto out;
         }
     }

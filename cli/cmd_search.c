@@ -45,6 +45,7 @@ enum {
 
 #define MAX_K 1000000u
 #define MAX_EF 100000u /* the library's cap (keel.h) */
+#define MAX_THREADS 4096u /* as many as the library runs for a build */
 
 /* What the search threads share. */
 struct job {
@@ -61,6 +62,7 @@ struct job {
     atomic_size_t next;
     atomic_int failed;
     int rc;         /* the first failure, written by the thread that won */
+    size_t failed_at; /* its query's row */
     char msg[1024]; /* its keel_errmsg(), which is thread-local */
 };
 
@@ -85,6 +87,7 @@ run_queries(void *arg)
         if (rc != KEEL_OK) {
             if (atomic_exchange(&job->failed, 1) == 0) {
                 job->rc = rc;
+                job->failed_at = i;
                 snprintf(job->msg, sizeof job->msg, "%s", keel_errmsg());
             }
             break;
@@ -94,10 +97,29 @@ run_queries(void *arg)
     return NULL;
 }
 
+/* Prints a failed query's message with its row of qpath: the library
+** speaks of "the query", which is one of many here. */
+static int
+query_failed(const struct job *job, const char *qpath)
+{
+    static const char lead[] = "the query ";
+    char msg[1200], spoken[2048];
+    const char *m = job->msg;
+    const char *shown = strcmp(qpath, "-") == 0 ? "standard input" : qpath;
+
+    if (strncmp(m, lead, sizeof lead - 1) == 0)
+        snprintf(msg, sizeof msg, "query %zu of %s %s", job->failed_at,
+                 shown, m + sizeof lead - 1);
+    else
+        snprintf(msg, sizeof msg, "query %zu of %s: %s", job->failed_at,
+                 shown, m);
+    return cli_fail_msg(cli_speak(msg, spoken, sizeof spoken));
+}
+
 /* Runs every query on nthreads threads (the caller's thread among them).
 ** Returns CLI_OK or prints the failure. */
 static int
-run_all(struct job *job, unsigned nthreads)
+run_all(struct job *job, unsigned nthreads, const char *qpath)
 {
     pthread_t *tids = NULL;
     unsigned started = 0;
@@ -125,7 +147,7 @@ run_all(struct job *job, unsigned nthreads)
         pthread_join(tids[i], NULL);
     free(tids);
     if (rc == CLI_OK && job->rc != KEEL_OK)
-        rc = job->msg[0] ? cli_fail_msg(job->msg) : cli_keel_error(job->rc);
+        rc = job->msg[0] ? query_failed(job, qpath) : cli_keel_error(job->rc);
     return rc;
 }
 
@@ -210,8 +232,10 @@ exact_recall(const struct job *job, const uint64_t *allowed, size_t n_allowed,
                       nq);
         goto out;
     }
-    memcpy(ids, allowed, n_allowed * sizeof *ids);
-    qsort(ids, n_allowed, sizeof *ids, cmp_u64);
+    if (n_allowed > 0) { /* an empty --allowed has no array at all */
+        memcpy(ids, allowed, n_allowed * sizeof *ids);
+        qsort(ids, n_allowed, sizeof *ids, cmp_u64);
+    }
     for (size_t a = 0; a < n_allowed; a++) {
         if (a > 0 && ids[a] == ids[a - 1])
             continue;
@@ -463,10 +487,15 @@ parse_radius(cli_opt *opts, float *radius, uint64_t *cap)
     char *end;
     errno = 0;
     double v = strtod(r, &end);
-    if (end == r || *end != '\0' || errno == ERANGE || v != v ||
-        v > 3.4e38 || v < -3.4e38)
+    if (end == r || *end != '\0' || v != v)
         return cli_usage("search", "give --radius a finite distance, such as "
-                         "0.5", "--radius %s is not a finite number", r);
+                         "0.5", "--radius %s is not a number", r);
+    /* Underflow (1e-400) is a number that rounds to 0; overflow is not. */
+    if ((errno == ERANGE && (v > 1.0 || v < -1.0)) || v > 3.4e38 ||
+        v < -3.4e38)
+        return cli_usage("search", "give --radius a finite distance, such as "
+                         "0.5", "--radius %s is not a finite float (at most "
+                         "3.4e38 in size)", r);
     if (opts[O_K].value != NULL)
         return cli_usage("search", "give --max N to cap a radius search, or "
                          "drop --radius for the K nearest",
@@ -538,13 +567,18 @@ cmd_search(int argc, char **argv)
     if (rc == CLI_OK && opts[O_EF].value != NULL)
         rc = cli_u32("search", "--ef", opts[O_EF].value, 1, MAX_EF, &ef);
     if (rc == CLI_OK && opts[O_THREADS].value != NULL)
-        rc = cli_u32("search", "--threads", opts[O_THREADS].value, 0, 65536,
-                     &nthreads);
+        rc = cli_u32("search", "--threads", opts[O_THREADS].value, 0,
+                     MAX_THREADS, &nthreads);
     if (rc != CLI_OK)
         return rc;
     const char *path = argv[0], *qpath = argv[1];
     const char *out_path = opts[O_OUT].value;
     int json = opts[O_JSON].value != NULL;
+    const char *from[] = {"QUERIES", "--allowed", "--truth"};
+    const char *given[] = {qpath, opts[O_ALLOWED].value, opts[O_TRUTH].value};
+    rc = cli_one_stdin("search", from, given, 3);
+    if (rc != CLI_OK)
+        return rc;
 
     rc = load_inputs(qpath, opts, (size_t)k, &in);
     if (rc != CLI_OK)
@@ -567,7 +601,7 @@ cmd_search(int argc, char **argv)
         goto done;
     /* keel_search takes a bare pointer, so only we can catch queries of
     ** another length before keel reads past them. */
-    if (in.queries.n > 0 && in.queries.dim != keel_dim(idx)) {
+    if (in.queries.dim != keel_dim(idx)) { /* empty files included */
         rc = cli_fail("give queries of the index's dimensions ('keel info' "
                       "shows them)",
                       "%s has %u-dimensional queries but index %s has %u "
@@ -617,7 +651,7 @@ cmd_search(int argc, char **argv)
 
     /* The first pass: the start of a fresh process. */
     start = cli_now();
-    rc = run_all(&job, nthreads);
+    rc = run_all(&job, nthreads, qpath);
     sum.first_seconds = cli_now() - start;
     if (rc != CLI_OK)
         goto done;
@@ -627,7 +661,7 @@ cmd_search(int argc, char **argv)
     /* The second pass: the steady state, which the rest reports. */
     atomic_store(&job.next, 0);
     start = cli_now();
-    rc = run_all(&job, nthreads);
+    rc = run_all(&job, nthreads, qpath);
     seconds = cli_now() - start;
     if (rc != CLI_OK)
         goto done;

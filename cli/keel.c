@@ -354,6 +354,54 @@ cli_keel_error(int rc)
 }
 
 int
+cli_one_stdin(const char *cmd, const char *const *names,
+              const char *const *given, size_t n)
+{
+    size_t first = n;
+
+    for (size_t i = 0; i < n; i++) {
+        if (given[i] == NULL || strcmp(given[i], "-") != 0)
+            continue;
+        if (first == n) {
+            first = i;
+            continue;
+        }
+        return cli_usage(cmd, "give one of them as a file: standard input "
+                         "is one stream and feeds one input",
+                         "%s and %s are both '-', standard input",
+                         names[first], names[i]);
+    }
+    return CLI_OK;
+}
+
+int
+cli_keel_error_at(int rc, size_t first, const char *input)
+{
+    static const char tail[] = " of the batch";
+    const char *msg = keel_errmsg();
+    char moved[2048];
+
+    if (msg == NULL || *msg == '\0')
+        return cli_keel_error(rc);
+    /* "<word> N of the batch": the library counts from the batch's start. */
+    const char *at = strstr(msg, tail);
+    const char *num = at;
+    while (num > msg && num[-1] >= '0' && num[-1] <= '9')
+        num--;
+    if (at == NULL || num == at || at - num > 20)
+        return cli_keel_error(rc);
+    unsigned long long n = strtoull(num, NULL, 10);
+    snprintf(moved, sizeof moved, "%.*s%llu of %s%s", (int)(num - msg), msg,
+             n + (unsigned long long)first, input, at + sizeof tail - 1);
+    char spoken[2048];
+    int status = rc == KEEL_ECORRUPT ? CLI_CORRUPT
+               : rc == KEEL_ELOCKED  ? CLI_LOCKED
+                                     : CLI_FAIL;
+    cli_fail_msg(cli_speak(moved, spoken, sizeof spoken));
+    return status;
+}
+
+int
 cli_open_error(int rc)
 {
     int status = cli_keel_error(rc);

@@ -556,6 +556,11 @@ npy_parse_header(const unsigned char *buf, size_t len, const char *name,
             break;
         return BAD("',' or '}'");
     }
+    /* numpy evaluates the whole header as one Python literal: after the
+    ** dictionary only the padding (spaces, a newline) may follow. */
+    skip_ws(&c);
+    if (c.p != c.end)
+        return BAD("only spaces and a newline after the closing '}'");
 #undef BAD
     if (h->seen != 7)
         return vf_fail(err, errlen, VECFILE_EFORMAT,
@@ -842,6 +847,56 @@ read_path(const char *path, unsigned char **bufp, size_t *lenp, char *err,
     return VECFILE_OK;
 }
 
+/* Standard input as .fvecs, through vecstream: each row's dimension is
+** checked as it arrives, so input that is not .fvecs fails after its first
+** 4 bytes instead of after all of it is read. */
+static int
+load_stdin(vecfile *out, char *err, size_t errlen)
+{
+    vecstream s;
+    float *data = NULL;
+    size_t n = 0, cap = 0, step;
+    int rc = vecstream_open("-", &s, err, errlen);
+
+    if (rc)
+        return rc;
+    step = ((size_t)8 << 20) / ((size_t)s.dim * sizeof(float));
+    if (step == 0)
+        step = 1;
+    for (;;) {
+        size_t got = 0;
+        if (n + step > cap) {
+            size_t ncap = cap > step ? cap * 2 : step * 2, bytes;
+            float *nd;
+            if (!mul_ok(ncap, (size_t)s.dim * sizeof(float), &bytes) ||
+                !(nd = realloc(data, bytes))) {
+                rc = vf_fail(err, errlen, VECFILE_ENOMEM,
+                             "standard input: no memory for more than %zu "
+                             "vectors of %u floats\nhelp: free memory or "
+                             "split the input", n, s.dim);
+                break;
+            }
+            data = nd;
+            cap = ncap;
+        }
+        rc = vecstream_read(&s, data + n * s.dim, step, &got, err, errlen);
+        if (rc)
+            break;
+        n += got;
+        if (got < step)
+            break;
+    }
+    if (!rc) {
+        out->data = data;
+        out->n = n;
+        out->dim = s.dim;
+        data = NULL;
+    }
+    free(data);
+    vecstream_close(&s);
+    return rc;
+}
+
 int
 vecfile_load(const char *path, vecfile *out, char *err, size_t errlen)
 {
@@ -863,6 +918,8 @@ vecfile_load(const char *path, vecfile *out, char *err, size_t errlen)
                        "float16 or uint8), or - for .fvecs on standard input",
                        path, dot && !strchr(dot, '/') ? dot : "(none)");
     }
+    if (!strcmp(path, "-"))
+        return load_stdin(out, err, errlen);
     rc = read_path(path, &buf, &len, err, errlen);
     if (rc)
         return rc;

@@ -578,6 +578,93 @@ grep -q 'standard input: row 0 (byte offset 0) gives dimension 0' "$T/err" ||
 [ ! -e "$T/zeros.keel" ] || fail "build from zeros left an index"
 ok "build - checks the first row before reading on: zeros fail at once"
 
+# search - checks its queries as they arrive, as build - does: an endless
+# stream that is not .fvecs fails at its first row, not when memory ends.
+st=0
+(yes | timeout 20 "$KEEL" search "$IDX" - -k 1) >"$T/out" 2>"$T/err" || st=$?
+[ "$st" -eq 1 ] || fail "search from an endless non-.fvecs stream exited $st, expected 1"
+grep -q 'standard input: row 0 (byte offset 0) gives dimension' "$T/err" ||
+    fail "search - does not refuse its first row"
+ok "search - checks the first row before reading on"
+
+# Standard input feeds one input: a second '-' is refused, not read empty.
+expect 2 "search - --allowed -" search "$IDX" - -k 1 --allowed - <"$QUERY"
+grep -q "QUERIES and --allowed are both '-'" "$T/err" || fail "search - --allowed - not refused by name"
+expect 2 "search - --truth -" search "$IDX" - -k 1 --truth - <"$QUERY"
+grep -q "QUERIES and --truth are both '-'" "$T/err" || fail "search - --truth - not refused by name"
+expect 2 "build - --ids -" build "$T/two.keel" - --ids - <"$T/three.fvecs"
+grep -q "VECTORS and --ids are both '-'" "$T/err" || fail "build - --ids - not refused by name"
+[ ! -e "$T/two.keel" ] || fail "a refused build - --ids - left an index"
+ok "at most one input reads standard input"
+
+# A bad row in the second 8 MB chunk of a stream is named by its row in the
+# whole input: 4096-d rows go 512 to a chunk, and row 600 is NaN.
+printf '\000\020\000\000' >"$T/row4096"
+dd if=/dev/zero bs=16384 count=1 2>/dev/null >>"$T/row4096"
+printf '\000\020\000\000\000\000\300\177' >"$T/nan4096"
+dd if=/dev/zero bs=16380 count=1 2>/dev/null >>"$T/nan4096"
+cat "$T/row4096" "$T/row4096" "$T/row4096" "$T/row4096" "$T/row4096" >"$T/r5"
+cat "$T/r5" "$T/r5" "$T/r5" "$T/r5" "$T/r5" >"$T/r25"
+cat "$T/r25" "$T/r25" "$T/r25" "$T/r25" >"$T/r100"
+cat "$T/r100" "$T/r100" "$T/r100" "$T/r100" "$T/r100" "$T/r100" \
+    "$T/nan4096" "$T/r5" >"$T/nan600.fvecs"
+expect 1 "build - with NaN at row 600" build "$T/nan600.keel" - -M 4 \
+    --ef-construction 8 <"$T/nan600.fvecs"
+grep -q 'vector 600 of standard input has NaN at component 0' "$T/err" ||
+    fail "build - names the NaN row by its row in the chunk"
+expect 1 "build FILE with NaN at row 600" build "$T/nan600.keel" "$T/nan600.fvecs"
+grep -q 'vector 600 of .*nan600.fvecs has NaN at component 0' "$T/err" ||
+    fail "build FILE does not name the NaN row 600"
+rm -f "$T/r5" "$T/r25" "$T/r100" "$T/nan600.fvecs"
+ok "a bad row of a stream is named by its row in the whole input"
+
+# A NaN in a query is named with its row.
+cat "$T/three.fvecs" >"$T/qnan.fvecs"
+printf '\144\000\000\000\000\000\300\177' >>"$T/qnan.fvecs"
+dd if=/dev/zero bs=396 count=1 2>/dev/null >>"$T/qnan.fvecs"
+expect 1 "search with a NaN in query 3" search "$IDX" "$T/qnan.fvecs" -k 1
+grep -q 'query 3 of .*qnan.fvecs has NaN at component 0' "$T/err" ||
+    fail "a NaN query is not named by its row"
+
+# --truth exact with an empty --allowed: nothing is allowed, recall is 1.
+: >"$T/none.txt"
+expect 0 "search --truth exact with an empty --allowed" search "$IDX" \
+    "$QUERY" -k 5 --allowed "$T/none.txt" --truth exact
+[ "$(field 'recall@5')" = 1.0000 ] || fail "empty --allowed: recall '$(field 'recall@5')'"
+
+# What the library would refuse is refused while parsing, with the limits.
+expect 2 "build --threads 4097" build "$T/t.keel" "$T/three.fvecs" --threads 4097
+expect 2 "build --ef-construction 100001" build "$T/t.keel" "$T/three.fvecs" \
+    --ef-construction 100001
+expect 2 "search --threads 4097" search "$IDX" "$QUERY" -k 1 --threads 4097
+[ ! -e "$T/t.keel" ] || fail "a refused build left an index"
+expect 0 "search --radius 1e-400 (a number that rounds to 0)" search "$IDX" \
+    "$QUERY" --radius 1e-400
+expect 2 "search --radius 1e400" search "$IDX" "$QUERY" --radius 1e400
+grep -q 'is not a finite float' "$T/err" || fail "--radius 1e400 not refused as too large"
+
+# An empty query file still has a dimension, and it must be the index's.
+/usr/bin/python3 - "$T" <<'PY' || fail "cannot write the .npy files"
+import sys
+def npy(path, header, after=b""):
+    body = header.encode() + after
+    pad = 64 - (10 + len(body) + 1) % 64
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" +
+                           (len(body) + pad + 1).to_bytes(2, "little") +
+                           body + b" " * pad + b"\n")
+npy(sys.argv[1] + "/empty5.npy",
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 5), }")
+npy(sys.argv[1] + "/junk.npy",
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 100), }", b"junk")
+PY
+expect 1 "search with an empty 5-d .npy" search "$IDX" "$T/empty5.npy" -k 1
+grep -q '5-dimensional queries but index' "$T/err" || fail "an empty query file of the wrong dimension was accepted"
+
+# numpy refuses a header with anything but padding after its '}'.
+expect 1 "search with junk after an .npy header" search "$IDX" "$T/junk.npy" -k 1
+grep -q "after the closing '}'" "$T/err" || fail "junk after an .npy header was accepted"
+ok "NaN queries named by row; empty --allowed with --truth exact; limits; --radius 1e-400; empty and junk .npy"
+
 # A search opens a reader: it works while another process holds the writer.
 # The writer is a build from a FIFO: it opens the index after its first 8 MB
 # chunk (20,971 rows of 100 floats) and then waits for more input.
@@ -835,6 +922,73 @@ printf 'not hdf5\n' >"$T/fake.hdf5"
 expect 1 "build from a file that is not HDF5" build "$T/fake.keel" "$T/fake.hdf5"
 [ ! -e "$T/fake.keel" ] || fail "a failed .hdf5 build left an index"
 ok "ann-benchmarks .hdf5: train builds, test and neighbors search (recall $recall), distance gives the metric"
+
+# --- hostile .hdf5 files: each refused with its own message, nothing built -
+
+# The distance attribute as h5py writes a Python str (variable-length
+# UTF-8, the glove-angular fixture above), as other writers do (ASCII), as
+# a fixed-length UTF-8 string; and a metric keel cannot serve.
+"$MKHDF5" --ascii "$T/ascii-angular.hdf5" angular "$BASE" "$QUERY" "$TRUTH" ||
+    fail "cannot write an HDF5 file"
+expect 0 "build from an ASCII angular .hdf5" build "$T/h5as.keel" "$T/ascii-angular.hdf5"
+expect 0 "info" info "$T/h5as.keel"
+[ "$(field metric)" = cosine ] || fail "ASCII distance angular did not give metric cosine"
+"$MKHDF5" "$T/glove-jaccard.hdf5" jaccard "$BASE" "$QUERY" "$TRUTH" ||
+    fail "cannot write an HDF5 file"
+expect 1 "build from a jaccard .hdf5" build "$T/h5j.keel" "$T/glove-jaccard.hdf5"
+grep -q "says its distance is 'jaccard', which keel does not compute" "$T/err" ||
+    fail "a UTF-8 distance 'jaccard' was not refused by name"
+[ ! -e "$T/h5j.keel" ] || fail "a refused jaccard build left an index"
+"$MKHDF5" --hostile distance-fixed-utf8 "$T/fixed-utf8.hdf5" || fail "mkhdf5 --hostile"
+expect 0 "build from a fixed-length UTF-8 angular .hdf5" build "$T/h5f.keel" "$T/fixed-utf8.hdf5"
+expect 0 "info" info "$T/h5f.keel"
+[ "$(field metric)" = cosine ] || fail "fixed-length UTF-8 distance angular did not give metric cosine"
+
+# hostile KIND STATUS PATTERN [keel arguments after the file]: writes the
+# file, builds from it (or runs the arguments given), insists on STATUS and
+# on PATTERN in stderr, and that a failed build left no index.
+hostile() {
+    kind=$1 want=$2 pattern=$3
+    shift 3
+    "$MKHDF5" --hostile "$kind" "$T/$kind.hdf5" || fail "mkhdf5 --hostile $kind"
+    rm -f "$T/$kind.keel"
+    if [ $# -eq 0 ]; then
+        expect "$want" "hostile .hdf5 $kind" build "$T/$kind.keel" "$T/$kind.hdf5"
+        [ "$want" -eq 0 ] || [ ! -e "$T/$kind.keel" ] ||
+            fail "a refused build from $kind.hdf5 left an index"
+    else
+        expect "$want" "hostile .hdf5 $kind" "$@"
+    fi
+    grep -q -- "$pattern" "$T/err" || fail "hostile .hdf5 $kind: stderr lacks '$pattern'"
+}
+hostile distance-fixed-array 1 "the attribute 'distance' holds 64 strings"
+hostile distance-vlen-array 1 "the attribute 'distance' holds 4000 strings"
+hostile distance-vlen-pair 1 "the attribute 'distance' holds 2 strings"
+hostile distance-number 1 "the attribute 'distance' is not a string"
+hostile distance-escape 1 "its distance is '?\[31mred?\[0m'"
+! grep -q "$(printf '\033')" "$T/err" || fail "a terminal escape from a file reached stderr"
+# 10,000,000 x 32 declared in a 10 kB file: refused before any of it is
+# allocated (the old reader took gigabytes); a cap on memory keeps a
+# regression from taking the machine (not under ASan, which reserves more).
+"$MKHDF5" --hostile train-unwritten "$T/unwritten.hdf5" || fail "mkhdf5 --hostile"
+st=0
+if [ -z "${KEEL_SAN:-}" ]; then
+    (ulimit -v 400000; exec "$KEEL" build "$T/unwritten.keel" "$T/unwritten.hdf5") \
+        >"$T/out" 2>"$T/err" || st=$?
+else
+    "$KEEL" build "$T/unwritten.keel" "$T/unwritten.hdf5" >"$T/out" 2>"$T/err" || st=$?
+fi
+[ "$st" -eq 1 ] || fail "a declared but unwritten train set: exit $st, expected 1"
+grep -q "declared as 10000000 x 32 but none of it was written" "$T/err" ||
+    fail "a declared but unwritten train set was not refused as such"
+hostile train-chunk-missing 1 "only 4 of its 8 chunks were written"
+"$MKHDF5" --hostile neighbors-float "$T/h5small.hdf5" || fail "mkhdf5 --hostile"
+expect 0 "build from a small .hdf5" build "$T/h5small.keel" "$T/h5small.hdf5"
+hostile neighbors-float 1 "holds 0.5 at row 1, column 3, which is no row number" \
+    search "$T/h5small.keel" "$T/h5small.hdf5" -k 5 --truth "$T/neighbors-float.hdf5"
+hostile neighbors-int64 1 "holds 1099511627776 at row 2, column 1, which is no row number" \
+    search "$T/h5small.keel" "$T/h5small.hdf5" -k 5 --truth "$T/neighbors-int64.hdf5"
+ok "hostile .hdf5: distance arrays, numbers and escapes, unwritten sets, missing chunks, non-integer neighbors refused; UTF-8 and fixed-length distances read"
 
 echo "all CLI tests passed"
 exit 0
