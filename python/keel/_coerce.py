@@ -7,6 +7,7 @@ TypeError / ValueError naming the argument, what was given, and what to
 pass instead.
 """
 
+import collections.abc
 import difflib
 import numbers
 
@@ -198,6 +199,12 @@ def ids(obj, fn, n):
         raise TypeError("%s() takes %s as integers, not %s\nhelp: pass a "
                         "list or array of integer ids, such as %s"
                         % (fn, what, given(obj), example))
+    if isinstance(obj, collections.abc.Mapping):
+        # list(d) would take its keys and drop its values without a word.
+        raise TypeError("%s() takes %s as a list or array of integer ids, "
+                        "not %s\nhelp: pass list(d) for the keys or "
+                        "list(d.values()) for the values" % (fn, what,
+                                                             given(obj)))
     original = obj
     if not isinstance(obj, np.ndarray):
         try:
@@ -216,6 +223,14 @@ def ids(obj, fn, n):
                                           example)) from None
     if arr.size == 0:
         arr = arr.reshape(0).astype(np.uint64)
+    if not isinstance(original, np.ndarray) and arr.ndim == 1 and \
+            arr.dtype.kind == "f" and \
+            all(isinstance(x, (numbers.Integral, np.integer)) and
+                not isinstance(x, (bool, np.bool_)) for x in obj):
+        # numpy makes float64 of ints that need uint64 and ints that
+        # need int64 (2**63 + 1 and 5), rounding them: take them one by
+        # one instead, exactly.
+        arr = np.array(obj, dtype=object)
     if arr.ndim != 1:
         raise ValueError("%s() takes %s as a 1-D array, but was given %s, a "
                          "%s\nhelp: pass a flat list or array of integer "
@@ -247,9 +262,17 @@ def ids(obj, fn, n):
             hint = "True and False are not ids; to pass the positions of " \
                 "the True values of a mask, use np.flatnonzero(mask)"
         elif arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and \
-                np.all(arr == np.floor(arr)):
+                np.all(arr == np.floor(arr)) and \
+                np.all(np.abs(arr) <= 2**53):
             hint = "convert them with %s.astype(np.uint64)" % (
                 what if what == "allowed" or fn == "add_batch" else "ids")
+        elif arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and \
+                np.all(arr == np.floor(arr)):
+            # Past 2**53 a float64 no longer holds every integer: the ids
+            # were rounded when the array was made, and astype keeps that.
+            hint = "a float array holds integers exactly only up to 2**53, " \
+                "so these ids may have been rounded already; make the array " \
+                "from the int ids with np.array(ids, dtype=np.uint64)"
         else:
             hint = _ID_RANGE
         raise TypeError("%s() takes %s as integers, not %s (such as %r)"
