@@ -5,12 +5,13 @@
 ** refused with a message that has a help line, exhaustive float16
 ** conversion, and a cheap mutation pass (every truncation, random byte
 ** flips) that must never crash or over-read; run it under ASan to see the
-** latter. vecfile.c lives in cli/ and is not in libkeel.a, so it is
-** included here whole.
+** latter. vecfile.c and npy.c live in cli/ and are not in libkeel.a, so
+** they are included here whole.
 */
 #include "test.h"
 
 #include "../cli/vecfile.c"
+#include "../cli/npy.c"
 
 static char err[1024];
 

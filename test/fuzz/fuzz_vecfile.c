@@ -1,5 +1,5 @@
 /* fuzz_vecfile.c -- fuzz target: the CLI's readers of vector, ground-truth
-** and id files (cli/vecfile.c, included here whole).
+** and id files (cli/vecfile.c and cli/npy.c, included here whole).
 **
 ** Hunts out-of-bounds reads, overflows in size arithmetic, leaks and
 ** undefined behaviour in the .fvecs, .bvecs, .npy, .ivecs and id-list
@@ -15,6 +15,7 @@
 #include "fuzz.h"
 
 #include "../../cli/vecfile.c"
+#include "../../cli/npy.c"
 
 #define ERRLEN 1024
 
