@@ -353,7 +353,8 @@ cmd_publish(int argc, char **argv)
     char sent[32];
     int npos, rc;
 
-    rc = cli_parse("publish", argc, argv, NULL, 0, &npos);
+    cli_opt opts[] = {{"--replace", 0, NULL}};
+    rc = cli_parse("publish", argc, argv, opts, 1, &npos);
     if (rc == CLI_OK)
         rc = cli_want("publish", npos, argv, names, 2, 0);
     if (rc != CLI_OK)
@@ -363,7 +364,8 @@ cmd_publish(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     uint64_t up = 0;
-    keel_publish_options po = {.uploaded = &up};
+    keel_publish_options po = {.uploaded = &up,
+                               .replace = opts[0].value != NULL};
     double start = cli_now();
     int krc = keel_publish(idx, argv[1], &po);
     if (krc == KEEL_OK)

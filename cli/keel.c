@@ -109,14 +109,19 @@ static const struct command commands[] = {
      "options:\n"
      "  --json                 print the result as one JSON object\n"},
     {"publish", cmd_publish, "publish an index to S3-compatible storage",
-     "usage: keel publish INDEX s3://BUCKET/PREFIX\n"
+     "usage: keel publish INDEX s3://BUCKET/PREFIX [--replace]\n"
      "\n"
      "Publishes INDEX's last flush as the next version at the URL: only the\n"
      "pages that changed since the version before are sent. The endpoint and\n"
      "keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
      "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION. search, info\n"
      "and check take the URL in place of INDEX (KEEL_CACHE_DIR: a disk\n"
-     "cache of its pages).\n"},
+     "cache of its pages). A URL that holds another index (other identity,\n"
+     "dimensions, metric, precision or codes) is refused, unless --replace:\n"
+     "readers of the old index then keep their version.\n"
+     "\n"
+     "options:\n"
+     "  --replace              publish over another index at the URL\n"},
     {"prune", cmd_prune, "remove old published versions",
      "usage: keel prune s3://BUCKET/PREFIX [--keep N] [--json]\n"
      "\n"

@@ -420,6 +420,12 @@ typedef struct keel_publish_options {
                               sent (changed pages and the manifest) */
     uint32_t parallel;     /* packs uploaded at once; 0 = 4, 1 = one at a
                               time (memory: parallel x pack_bytes) */
+    int replace;           /* nonzero: the index may differ from the one
+                              published there (identity, dimensions,
+                              metric, precision, codes); else that is
+                              KEEL_EOPTIONS (KEEL_EDIM for dimensions).
+                              Readers of the old index keep their version
+                              and keel_refresh reports the replacement. */
 } keel_publish_options;
 
 /* Publishes the writer's last flush to url, "s3://BUCKET/PREFIX", as the
@@ -427,8 +433,12 @@ typedef struct keel_publish_options {
 ** new immutable objects, then a manifest naming every page is created only
 ** if its version number is still free, which is the commit point. A
 ** publisher that loses that race to another gets KEEL_ELOCKED and leaves
-** nothing a reader would adopt. opt may be NULL. Writers only (the handle's
-** adds and flushes wait while it runs). */
+** nothing a reader would adopt. The newest version is found from the
+** `latest` hint, or the listing of PREFIX/manifest/ when the hint is
+** missing or wrong; a prefix whose versions cannot be listed is refused
+** (KEEL_EIO), never guessed at. opt may be NULL. Writers only (the handle's
+** adds and flushes wait while it runs). The handle's cancel callback
+** (keel_set_cancel) can stop it between requests (KEEL_ECANCELED). */
 int keel_publish(keel_index *idx, const char *url,
                  const keel_publish_options *opt);
 

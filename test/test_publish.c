@@ -13,7 +13,9 @@
 #include "lib/testdata.h"
 
 #include "base/internal.h"
+#include "api/api.h"
 #include "api/publish.h"
+#include "cache/cache.h"
 #include "s3/s3.h"
 
 #include <fcntl.h>
@@ -42,7 +44,7 @@ download(const char *url, uint64_t seq, const char *path)
     if ((rc = keel__s3_get(s3, b, key, NULL, KEEL_MAN_MAX_BYTES, &data, &len,
                            NULL)))
         goto out;
-    rc = keel__manifest_decode(data, len, key, &m);
+    rc = keel__manifest_decode(data, len, key, seq, &m);
     keel__free(data);
     if (rc)
         goto out;
@@ -77,6 +79,16 @@ same_results(keel_index *a, keel_index *b, uint64_t seed)
     keel_result r[10];
     size_t n = 0; /* and full answers */
     same = same && keel_search(a, q, 10, NULL, r, &n) == KEEL_OK && n == 10;
+    free(q);
+    return same;
+}
+
+/* As same_results, at dim dimensions. */
+static int
+same_results_dim(keel_index *a, keel_index *b, size_t dim, uint64_t seed)
+{
+    float *q = td_random(20, dim, seed);
+    int same = td_same_answers(a, b, q, 20, dim, 10, NULL);
     free(q);
     return same;
 }
@@ -260,11 +272,16 @@ TEST(racing_publishers_never_share_a_version)
 {
     NEED_SERVER();
     keel_index *a, *b;
+    /* two writers of one index (a copy of it): another index would be
+     * refused before any race (publish.c invariant 10) */
     CHECK_OK(keel_open(test_path("race-a.keel"), DIM, NULL, &a));
-    CHECK_OK(keel_open(test_path("race-b.keel"), DIM, NULL, &b));
-    float *v = td_random(500, DIM, 21);
+    float *v = td_random(750, DIM, 21);
     CHECK_OK(keel_add_batch(a, v, 250, NULL, NULL));
-    CHECK_OK(keel_add_batch(b, v + 250 * DIM, 250, NULL, NULL));
+    CHECK_OK(keel_flush(a));
+    CHECK_OK(keel_backup(a, test_path("race-b.keel")));
+    CHECK_OK(keel_open(test_path("race-b.keel"), DIM, NULL, &b));
+    CHECK_OK(keel_add_batch(a, v + 250 * DIM, 250, NULL, NULL));
+    CHECK_OK(keel_add_batch(b, v + 500 * DIM, 250, NULL, NULL));
     CHECK_OK(keel_flush(a));
     CHECK_OK(keel_flush(b));
     char url[256];
@@ -475,6 +492,215 @@ TEST(a_publisher_killed_midway_leaves_nothing_adopted)
     keel_close(w);
     free(x);
     free(more);
+}
+
+
+/* --- versions: the hint, the listing, the manifest's own number ---------- */
+
+/* The version a URL reader pins. */
+static uint64_t
+seq_of(keel_index *r)
+{
+    keel_cache_counters n;
+    return keel__remote_counters(r, &n) == KEEL_OK ? n.seq : UINT64_MAX;
+}
+
+/* A client and the bucket and key of url's object rest ("latest",
+** "manifest/<20 digits>"). */
+static keel_s3 *
+object_of(const char *url, const char *rest, char *b, char *key, size_t cap)
+{
+    char prefix[1024];
+    keel_s3 *s3 = NULL;
+    if (keel__s3_url_parse(url, b, 64, prefix, sizeof prefix) ||
+        keel__s3_open(NULL, &s3))
+        return NULL;
+    snprintf(key, cap, "%s/%s", prefix, rest);
+    return s3;
+}
+
+/* Puts text at url's object rest (NULL: deletes it). */
+static int
+set_object(const char *url, const char *rest, const void *text, size_t len)
+{
+    char b[64], key[1400];
+    keel_s3 *s3 = object_of(url, rest, b, key, sizeof key);
+    if (!s3)
+        return KEEL_EIO;
+    int rc = text ? keel__s3_put(s3, b, key, text, len, 0, NULL)
+                  : keel__s3_delete(s3, b, key);
+    keel__s3_close(s3);
+    return rc;
+}
+
+/* The version url's latest hint names (0: none or unreadable). */
+static uint64_t
+hint_of(const char *url)
+{
+    char b[64], key[1400];
+    keel_s3 *s3 = object_of(url, "latest", b, key, sizeof key);
+    void *d;
+    size_t n;
+    uint64_t v = 0;
+    if (s3 && keel__s3_get(s3, b, key, NULL, 64, &d, &n, NULL) == KEEL_OK) {
+        v = keel__latest_parse(d, n);
+        keel__free(d);
+    }
+    keel__s3_close(s3);
+    return v;
+}
+
+static void
+add_flush(keel_index *w, size_t n, size_t dim, uint64_t seed)
+{
+    float *x = td_random(n, dim, seed);
+    CHECK_OK(keel_add_batch(w, x, n, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    free(x);
+}
+
+/* Publish three versions, prune keeping one, delete `latest`, open a
+** reader: the newest version; publish: version 4, not a second version 1;
+** prune keeping one: version 4 stays, and a reader opens its data. */
+TEST(a_lost_hint_after_a_prune_never_forks_the_versions)
+{
+    NEED_SERVER();
+    keel_index *w, *r, *r2;
+    CHECK_OK(keel_open(test_path("fork.keel"), DIM, NULL, &w));
+    char url[256];
+    url_of(url, sizeof url, "fork");
+    for (int v = 0; v < 3; v++) {
+        add_flush(w, 300, DIM, 200 + (uint64_t)v);
+        CHECK_OK(keel_publish(w, url, NULL));
+    }
+    /* a stale hint, naming a version prune removes: prune rewrites it */
+    CHECK_OK(set_object(url, "latest", "1\n", 2));
+    CHECK_OK(keel_prune(url, 1, NULL));
+    CHECK_EQ(count_objects(url, "/manifest/"), 1);
+    CHECK_EQ(hint_of(url), 3);
+    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(seq_of(r), 3);
+    CHECK_EQ(keel_count(r), 900);
+    add_flush(w, 300, DIM, 210);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK(download(url, 1, test_path("fork-1.keel")) == KEEL_ENOTFOUND);
+    CHECK_OK(download(url, 4, test_path("fork-4.keel")));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(seq_of(r), 4);
+    CHECK_EQ(keel_count(r), 1200);
+    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(keel_prune(url, 1, NULL));
+    CHECK_EQ(count_objects(url, "/manifest/"), 1);
+    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(keel_open_reader(url, NULL, &r2));
+    CHECK_EQ(seq_of(r2), 4);
+    CHECK_EQ(keel_count(r2), 1200);
+    CHECK(same_results(w, r2, 211));
+    keel_close(r2);
+    keel_close(r);
+    keel_close(w);
+}
+
+/* A manifest under another version's name (its bytes copied there) is
+** refused by readers and publishers alike: nothing pins it as the version
+** it claims, and no publish continues from the number it claims. */
+TEST(a_manifest_that_claims_another_version_is_refused)
+{
+    NEED_SERVER();
+    keel_index *w, *r;
+    CHECK_OK(keel_open(test_path("claim.keel"), DIM, NULL, &w));
+    char url[256], b[64], key[1400];
+    url_of(url, sizeof url, "claim");
+    add_flush(w, 500, DIM, 220);
+    CHECK_OK(keel_publish(w, url, NULL));
+    add_flush(w, 100, DIM, 221);
+    CHECK_OK(keel_publish(w, url, NULL));
+    keel_s3 *s3 = object_of(url, "manifest/00000000000000000001", b, key,
+                            sizeof key);
+    CHECK(s3 != NULL);
+    void *m1;
+    size_t len;
+    CHECK_OK(keel__s3_get(s3, b, key, NULL, KEEL_MAN_MAX_BYTES, &m1, &len,
+                          NULL));
+    CHECK_OK(set_object(url, "manifest/00000000000000000003", m1, len));
+    CHECK_OK(set_object(url, "latest", "3\n", 2));
+    CHECK_ERR(keel_open_reader(url, NULL, &r), KEEL_ECORRUPT);
+    CHECK_MSG_HAS("says it is version 1");
+    CHECK_ERR(keel_publish(w, url, NULL), KEEL_ECORRUPT);
+    CHECK_MSG_HAS("says it is version 1");
+    CHECK_EQ(count_objects(url, "/manifest/"), 3);
+    /* the impostor gone, the next version is 3 and holds the data */
+    CHECK_OK(set_object(url, "manifest/00000000000000000003", NULL, 0));
+    add_flush(w, 100, DIM, 222);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(seq_of(r), 3);
+    CHECK_EQ(keel_count(r), 700);
+    CHECK(same_results(w, r, 223));
+    keel_close(r);
+    keel__free(m1);
+    keel__s3_close(s3);
+    keel_close(w);
+}
+
+/* A 4-d index at a prefix; publishing a 64-d one, or another 4-d one,
+** over it is refused unless replace is asked; a reader of the first keeps
+** its version and its dimensions, and refresh reports the other index. */
+TEST(another_index_over_a_prefix_needs_replace_and_readers_keep_theirs)
+{
+    NEED_SERVER();
+    keel_index *a, *b, *c, *r, *r2;
+    CHECK_OK(keel_open(test_path("rep-a.keel"), 4, NULL, &a));
+    CHECK_OK(keel_open(test_path("rep-b.keel"), 64, NULL, &b));
+    CHECK_OK(keel_open(test_path("rep-c.keel"), 4, NULL, &c));
+    add_flush(a, 500, 4, 230);
+    add_flush(b, 300, 64, 231);
+    add_flush(c, 200, 4, 232);
+    char url[256];
+    url_of(url, sizeof url, "replace");
+    CHECK_OK(keel_publish(a, url, NULL));
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(keel_dim(r), 4);
+    CHECK_ERR(keel_publish(b, url, NULL), KEEL_EDIM);
+    CHECK_MSG_HAS("another index");
+    CHECK_MSG_HAS("64 dimensions");
+    CHECK_MSG_HAS("help:");
+    CHECK_MSG_HAS("replace");
+    CHECK_ERR(keel_publish(c, url, NULL), KEEL_EOPTIONS);
+    CHECK_MSG_HAS("another index");
+    CHECK_EQ(count_objects(url, "/manifest/"), 1);
+    /* a later version of the same index is no replacement */
+    add_flush(a, 10, 4, 233);
+    CHECK_OK(keel_publish(a, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(seq_of(r), 2);
+    CHECK_EQ(keel_count(r), 510);
+    keel_publish_options po = {.replace = 1};
+    CHECK_OK(keel_publish(b, url, &po));
+    CHECK_EQ(count_objects(url, "/manifest/"), 3);
+    for (int round = 0; round < 2; round++) { /* and again, not refetched */
+        CHECK_ERR(keel_refresh(r), KEEL_EDIM);
+        CHECK_MSG_HAS("another index");
+        CHECK_MSG_HAS("version 3");
+        CHECK_MSG_HAS("help: ");
+        CHECK_EQ(keel_dim(r), 4);
+        CHECK_EQ(seq_of(r), 2);
+        CHECK_EQ(keel_count(r), 510);
+        CHECK(same_results_dim(a, r, 4, 234 + (uint64_t)round));
+    }
+    CHECK_OK(keel_open_reader(url, NULL, &r2));
+    CHECK_EQ(keel_dim(r2), 64);
+    CHECK_EQ(keel_count(r2), 300);
+    CHECK(same_results_dim(b, r2, 64, 236));
+    /* the first index is now the other one there */
+    CHECK_ERR(keel_publish(a, url, NULL), KEEL_EDIM);
+    keel_close(r2);
+    keel_close(r);
+    keel_close(c);
+    keel_close(b);
+    keel_close(a);
 }
 
 static double

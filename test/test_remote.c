@@ -615,8 +615,9 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
         /* behind: manifest 1, then probes of 2, 3 and 4, then 3's GET */
         {"1\n", 6},
         {"2\n", 5},
-        /* names no manifest: probes of 1 to 4 from the start, 3's GET */
-        {"7\n", 8},
+        /* names no manifest (a pruned version, say): 7's GET and the
+         * probe of 8, then the listing (never a walk from 1), 3's GET */
+        {"7\n", 5},
         {"3\n", 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -786,7 +787,7 @@ first_pack(const char *url, keel_s3 **s3, char *b, char *key, size_t cap,
     if ((rc = keel__s3_get(*s3, b, mkey, NULL, KEEL_MAN_MAX_BYTES, &md, &ml,
                            NULL)))
         return rc;
-    rc = keel__manifest_decode(md, ml, mkey, &m);
+    rc = keel__manifest_decode(md, ml, mkey, 1, &m);
     keel__free(md);
     if (rc)
         return rc;

@@ -421,15 +421,17 @@ TEST(open_and_refresh_under_a_storm_fail_clearly_and_keep_the_pinned_version)
     CHECK_OK(keel_flush(w));
     CHECK_OK(keel_publish(w, url, NULL));
     via(p);
-    /* Open under a storm on every request: the probe of the first
-     * manifest fails after its tries (the hint is only a hint). */
+    /* Open under a storm on every request: the hint cannot be read (it
+     * is only a hint), and the listing of the versions fails after its
+     * tries. */
     s3proxy_fail_next(p, STORM, 503);
     keel_index *x = NULL;
     CHECK_ERR(keel_open_reader(url, NULL, &x), KEEL_EIO);
     CHECK(x == NULL);
     CHECK_MSG_HAS(url);
+    CHECK_MSG_HAS("listing the versions under");
     CHECK_MSG_HAS("/manifest/");
-    CHECK_MSG_HAS("answered 503 after 4 attempts");
+    CHECK_MSG_HAS("answered 503 SlowDown after 4 attempts");
     /* Three storms for refresh: on every request (the probe fails), on
      * GETs only (the new manifest's GET fails), and on GETs after the
      * hint and the manifest went through (the new version's header pages
@@ -638,6 +640,134 @@ TEST(a_20_ms_delay_on_every_request_changes_no_result)
     keel_close(r);
     proxy_down(p);
     keel_close(local);
+    keel_close(w);
+}
+
+
+/* --- versions: a hint that cannot be read, a store that says yes to all ----- */
+
+/* Deletes url's object rest, asked of the gateway directly. */
+static int
+remove_object(const char *url, const char *rest)
+{
+    char b[64], prefix[1024], key[1400];
+    keel_s3_config cfg = {.endpoint = direct_url};
+    keel_s3 *s3;
+    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
+        keel__s3_open(&cfg, &s3))
+        return KEEL_EIO;
+    snprintf(key, sizeof key, "%s/%s", prefix, rest);
+    int rc = keel__s3_delete(s3, b, key);
+    keel__s3_close(s3);
+    return rc;
+}
+
+static void
+more_flushed(keel_index *w, size_t n, uint64_t seed)
+{
+    float *x = td_random(n, DIM, seed);
+    CHECK_OK(keel_add_batch(w, x, n, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    free(x);
+}
+
+/* Three versions, pruned to the newest; then every try of the GET of
+** `latest` answers 503 (all ATTEMPTS of one request): a reader opens the
+** newest version, and the publish after is version 4, not a second
+** version 1; after a prune keeping one, readers open version 4. */
+TEST(a_hint_lost_to_a_503_storm_after_a_prune_never_forks_the_versions)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "hint-storm");
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    go_direct(); /* the versions go up directly */
+    keel_index *w = build(test_path("hint-storm.keel"), url, 81);
+    CHECK(w != NULL);
+    more_flushed(w, 100, 82);
+    CHECK_OK(keel_publish(w, url, NULL));
+    more_flushed(w, 100, 83);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_prune(url, 1, NULL));
+    CHECK_EQ(objects(url, "/manifest/"), 1);
+    via(p);
+    s3proxy_fail_only_key(p, "/latest");
+    s3proxy_fail_only_gets(p, 1);
+    s3proxy_fail_next(p, ATTEMPTS, 503);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(pc(p).faults, ATTEMPTS);
+    CHECK_EQ(SEQ(r), 3);
+    CHECK_EQ(keel_count(r), N + 200);
+    more_flushed(w, 100, 84);
+    s3proxy_fail_next(p, ATTEMPTS, 503);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_EQ(pc(p).faults, 2 * ATTEMPTS);
+    CHECK_EQ(objects(url, "/manifest/"), 2);
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 4);
+    CHECK_EQ(keel_count(r), N + 300);
+    s3proxy_clear(p);
+    go_direct();
+    CHECK_OK(keel_prune(url, 1, NULL));
+    CHECK_OK(remove_object(url, "latest"));
+    keel_index *r2;
+    CHECK_OK(keel_open_reader(url, NULL, &r2));
+    CHECK_EQ(SEQ(r2), 4);
+    CHECK(same_results(r2, w, 85));
+    keel_close(r2);
+    keel_close(r);
+    proxy_down(p);
+    keel_close(w);
+}
+
+/* A store that answers 200 to every HEAD (every version "exists"): open,
+** refresh, searches and publish each end in bounded time and requests,
+** and at the version the listing names. */
+TEST(a_store_that_says_every_version_exists_is_walked_a_bounded_way)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "head-ok");
+    keel_index *w = build(test_path("head-ok.keel"), url, 91);
+    CHECK(w != NULL);
+    more_flushed(w, 100, 92);
+    CHECK_OK(keel_publish(w, url, NULL));
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    s3proxy_head_always_ok(p, 1);
+    alarm(120); /* an endless walk fails the test, not the machine */
+    double t0 = test_now();
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    s3proxy_counters a = pc(p);
+    printf("     open: %llu HEADs, %llu requests, %.2f s\n",
+           (unsigned long long)a.heads, (unsigned long long)a.requests,
+           test_now() - t0);
+    CHECK(a.heads <= KEEL_VERSION_WALK + 1);
+    CHECK_EQ(SEQ(r), 2);
+    CHECK_EQ(keel_count(r), N + 100);
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 2);
+    CHECK(same_results(r, w, 93));
+    s3proxy_counters b = pc(p);
+    CHECK(b.heads - a.heads <= KEEL_VERSION_WALK + 1);
+    more_flushed(w, 100, 94);
+    CHECK_OK(keel_publish(w, url, NULL));
+    s3proxy_counters c = pc(p);
+    printf("     refresh: %llu HEADs; publish: %llu HEADs\n",
+           (unsigned long long)(b.heads - a.heads),
+           (unsigned long long)(c.heads - b.heads));
+    CHECK(c.heads - b.heads <= KEEL_VERSION_WALK + 2);
+    CHECK_EQ(objects(url, "/manifest/"), 3);
+    CHECK_OK(keel_refresh(r));
+    CHECK_EQ(SEQ(r), 3);
+    CHECK_EQ(keel_count(r), N + 200);
+    CHECK(same_results(r, w, 95));
+    alarm(0);
+    keel_close(r);
+    proxy_down(p);
     keel_close(w);
 }
 

@@ -966,21 +966,27 @@ index_backup(IndexObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* publish(url): the last flush as the next version at s3://BUCKET/PREFIX
-** (keel_publish); returns the bytes sent. */
+/* publish(url, replace=False): the last flush as the next version at
+** s3://BUCKET/PREFIX (keel_publish); returns the bytes sent. */
 static PyObject *
-index_publish(IndexObject *self, PyObject *arg)
+index_publish(IndexObject *self, PyObject *args, PyObject *kw)
 {
-    if (!PyUnicode_Check(arg)) {
+    static char *names[] = {"url", "replace", NULL};
+    PyObject *url_obj;
+    int replace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$p:publish", names,
+                                     &url_obj, &replace))
+        return NULL;
+    if (!PyUnicode_Check(url_obj)) {
         PyErr_Format(PyExc_TypeError, "url has to be a str, not %s\nhelp: "
-                     "pass 's3://BUCKET/PREFIX'", Py_TYPE(arg)->tp_name);
+                     "pass 's3://BUCKET/PREFIX'", Py_TYPE(url_obj)->tp_name);
         return NULL;
     }
-    const char *url = PyUnicode_AsUTF8(arg);
+    const char *url = PyUnicode_AsUTF8(url_obj);
     if (!url || enter(self, "publish()"))
         return NULL;
     uint64_t sent = 0;
-    keel_publish_options o = {.uploaded = &sent};
+    keel_publish_options o = {.uploaded = &sent, .replace = replace};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_publish(self->idx, url, &o);
@@ -1639,11 +1645,14 @@ static PyMethodDef index_methods[] = {
      "backup(path)\n--\n\nWrite a copy of the last flush to path (a "
      "temporary file beside it, synced, renamed over it), while the writer "
      "goes on writing."},
-    {"publish", (PyCFunction)index_publish, METH_O,
-     "publish(url)\n--\n\nPublish the last flush to 's3://BUCKET/PREFIX' "
-     "as the next version (only changed pages are sent; endpoint and keys "
-     "from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); "
-     "returns the bytes sent. IndexReader('s3://...') opens it."},
+    {"publish", (PyCFunction)(void (*)(void))index_publish,
+     METH_VARARGS | METH_KEYWORDS,
+     "publish(url, *, replace=False)\n--\n\nPublish the last flush to "
+     "'s3://BUCKET/PREFIX' as the next version (only changed pages are sent; "
+     "endpoint and keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+     "AWS_SECRET_ACCESS_KEY); returns the bytes sent. IndexReader('s3://...') "
+     "opens it. Another index at the URL is refused unless replace=True; "
+     "its readers then keep their version."},
     {"_pending", (PyCFunction)index_pending, METH_NOARGS,
      "_pending()\n--\n\nInternal: (adds, deletes) since the last flush."},
     {"stats", (PyCFunction)index_stats, METH_NOARGS,

@@ -265,3 +265,38 @@ def test_a_handler_cannot_use_the_reader_its_search_holds(
         assert seen == ["search"]
         assert r._busy is None
         assert r.search(vecs[3], 1)[0][0] == 3
+
+
+def test_a_replace_publish_leaves_readers_at_their_dimensions(tmp_path):
+    # Another index over a prefix is refused unless replace=True; a reader
+    # of the first keeps its version and its 4 dimensions after refresh().
+    rng = np.random.default_rng(11)
+    small = rng.standard_normal((300, 4)).astype(np.float32)
+    big = rng.standard_normal((200, 64)).astype(np.float32)
+    u = url("replace")
+    with keel.VectorIndex(str(tmp_path / "a.keel"), 4) as a, \
+            keel.VectorIndex(str(tmp_path / "b.keel"), 64) as b:
+        a.add_batch(small)
+        a.flush()
+        a.publish(u)
+        b.add_batch(big)
+        b.flush()
+        with keel.IndexReader(u) as r:
+            assert r.dimensions == 4
+            with pytest.raises(keel.DimensionMismatchError,
+                               match="another index"):
+                b.publish(u)
+            assert b.publish(u, replace=True) > 0
+            for _ in range(2):
+                with pytest.raises(keel.DimensionMismatchError,
+                                   match="another index"):
+                    r.refresh()
+                assert r.dimensions == 4
+                assert len(r) == 300
+                ids, dist = r.search(small[5], 3)
+                assert ids[0] == 5 and dist[0] == 0
+                assert np.array_equal(r.get(7), small[7])
+        with keel.IndexReader(u) as r2:
+            assert r2.dimensions == 64
+            assert len(r2) == 200
+            assert np.array_equal(r2.get(7), big[7])

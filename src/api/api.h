@@ -52,6 +52,7 @@ struct keel_index {
         uint8_t identity[KEEL_IDENTITY_BYTES];
         uint64_t epoch, next_id;          /* older: that file's */
         uint64_t own_epoch, own_next_id;  /* older: the reader's */
+        uint64_t seq;                     /* URL: the refused version */
     } refused;
     /* Reader of a published index: its cache switched to a version the
      * store over it could not be reopened for (life.c), under swap_lock;

@@ -345,15 +345,89 @@ is_successor(const keel_view *own, const keel_view *seen)
 ** header sequence starts again and whose regions lie elsewhere), and a
 ** store adopts only later commits of its own file. The cache never pins
 ** an older version (keel__cache_switch), so a reader never goes back. */
+/* The error of a URL reader that refused version refused.seq, another
+** index published over its own with replace (swap_lock held). */
+static int
+remote_refused_error(const keel_index *idx)
+{
+    char own[33], other[33];
+    keel__identity_hex(keel__store_identity(idx->st), own);
+    keel__identity_hex(idx->refused.identity, other);
+    return keel__fail(idx->refused.dim != idx->dim ? KEEL_EDIM : KEEL_EOPTIONS,
+                      "version %llu of %s is another index (%u dimensions, "
+                      "identity %s) than the one this reader opened (%u "
+                      "dimensions, identity %s), so the reader stays at "
+                      "version %llu of its own\nhelp: it was published with "
+                      "replace; open a new reader to search it",
+                      (unsigned long long)idx->refused.seq, idx->path,
+                      idx->refused.dim, other, idx->dim, own,
+                      (unsigned long long)idx->st->remote->man.seq);
+}
+
+typedef struct accept_arg {
+    keel_index *idx;
+    keel_header own, seen;
+} accept_arg;
+
+/* keel__cache_switch's check (publish.c invariant 10): the new version's
+** header is of the reader's own index; else it is remembered as refused. */
+static int
+accept_version(const keel_manifest *m, const uint8_t *pinned, size_t n,
+               void *arg)
+{
+    accept_arg *a = arg;
+    char why[128] = "";
+    if (n == 0 || keel__header_decode(pinned + KEEL_HDR_A_OFF, m->image_len,
+                                      &a->seen, why, sizeof why) != KEEL_OK)
+        return keel__fail(KEEL_ECORRUPT, "the header of version %llu of %s "
+                          "is damaged%s%s\nhelp: publish the index again",
+                          (unsigned long long)m->seq, a->idx->path,
+                          *why ? ": " : "", why);
+    if (keel__header_same_index(&a->own, &a->seen))
+        return KEEL_OK;
+    keel_index *idx = a->idx;
+    memset(&idx->refused, 0, sizeof idx->refused);
+    idx->refused.seq = m->seq;
+    idx->refused.dim = a->seen.dim;
+    memcpy(idx->refused.identity, a->seen.identity, KEEL_IDENTITY_BYTES);
+    return remote_refused_error(idx);
+}
+
+/* Invariant: idx->st is read only under swap_lock, and a store this
+** function swaps out is closed only after the exclusive lock is released,
+** so no thread that read it under the lock still uses it. The cache is the
+** same for the reader's life: each store over it hands it on to the next.
+**
+** Every new version gets a new store over the cache (after the switch,
+** which punches only the pages whose bytes changed): a version may be
+** another file of the index (keel_compact publishes a new file, whose
+** header sequence starts again and whose regions lie elsewhere), and a
+** store adopts only later commits of its own file. The cache never pins
+** an older version (keel__cache_switch), so a reader never goes back, and
+** never a version of another index (one published with replace): the
+** reader keeps its version, and keel_refresh reports the other. */
 int
 keel__remote_follow(keel_index *idx, int force)
 {
     keel__swap_shared(idx);
     keel_cache *c = idx->st->remote;
     int stale = idx->remote_stale;
+    uint64_t refused = idx->refused.seq;
     keel__swap_unlock(idx);
     keel_manifest next;
-    int rc = keel__cache_poll(c, force, &next);
+    keel_stop stop; /* the version walk asks the caller's cancel */
+    keel__stop_init(&stop, idx->cancel, idx->cancel_arg);
+    int rc = keel__cache_poll(c, force, &stop, &next);
+    if (rc == KEEL_OK && next.seq && next.seq == refused) {
+        /* Known to be another index: not fetched again. */
+        keel__manifest_free(&next);
+        if (!force)
+            return KEEL_OK;
+        keel__swap_shared(idx);
+        rc = remote_refused_error(idx);
+        keel__swap_unlock(idx);
+        return rc;
+    }
     if (rc) {
         if (force)
             return rc;
@@ -367,9 +441,19 @@ keel__remote_follow(keel_index *idx, int force)
     keel__swap_exclusive(idx);
     keel_store *old = idx->st, *nw = NULL;
     keel__warm_stop(idx);
+    uint64_t want = next.seq;
     if (next.seq) {
         uint64_t was = c->man.seq;
-        rc = keel__cache_switch(c, &next);
+        accept_arg *a = keel__malloc(sizeof *a);
+        keel_view v;
+        rc = a ? keel__store_snapshot(old, &v, &a->own) : KEEL_ENOMEM;
+        if (rc == KEEL_OK) {
+            a->idx = idx;
+            rc = keel__cache_switch(c, &next, accept_version, a);
+        } else {
+            keel__manifest_free(&next);
+        }
+        keel__free(a);
         if (rc == KEEL_OK && c->man.seq != was)
             idx->remote_stale = 1;
     }
@@ -384,6 +468,10 @@ keel__remote_follow(keel_index *idx, int force)
     keel__manifest_free(&next);
     if (nw)
         keel__store_close(old);
+    if (rc && !force && want && idx->refused.seq == want) {
+        keel__clear_error(); /* a search keeps its version; refresh reports */
+        rc = KEEL_OK;
+    }
     return rc;
 }
 

@@ -19,6 +19,12 @@
 **     manifest n: a publish that can still win wrote its packs after it
 **     read manifest n, so after n's date; the grace covers the store's
 **     clocks disagreeing.
+** (5) Only keys that name a version (PREFIX/manifest/ and 20 digits) are
+**     versions; other keys there are left alone. Before removing any, prune
+**     points PREFIX/latest at the newest kept version: a hint left naming
+**     a removed version is no longer a reader's or a publisher's only
+**     way to the newest one (both list when the hint names nothing), but
+**     a right hint saves them the listing.
 */
 #include "base/internal.h"
 #include "api/publish.h"
@@ -82,9 +88,17 @@ pack_id(const char *key, keel_man_pack *p)
     return *end == '\0';
 }
 
+static int
+entry_cmp(const void *a, const void *b)
+{
+    const keel_s3_entry *x = a, *y = b;
+    return strcmp(x->key, y->key);
+}
+
 /* Reads manifest key into its pack ids (added to s). */
 static int
-add_manifest(keel_s3 *s3, const char *bucket, const char *key, idset *s)
+add_manifest(keel_s3 *s3, const char *bucket, const char *key, uint64_t seq,
+             idset *s)
 {
     void *data;
     size_t len;
@@ -93,7 +107,7 @@ add_manifest(keel_s3 *s3, const char *bucket, const char *key, idset *s)
                           &len, NULL);
     if (rc)
         return rc;
-    rc = keel__manifest_decode(data, len, key, &m);
+    rc = keel__manifest_decode(data, len, key, seq, &m);
     keel__free(data);
     if (rc)
         return rc;
@@ -111,22 +125,43 @@ prune_run(keel_s3 *s3, const char *bucket, const char *prefix,
     keel_s3_entry *man = NULL, *packs = NULL;
     size_t nman = 0, npacks = 0;
     idset kept = {0}, gone = {0};
-    snprintf(dir, sizeof dir, "%s%smanifest/", prefix, *prefix ? "/" : "");
+    keel__man_dir(dir, sizeof dir, prefix);
     int rc = keel__s3_list(s3, bucket, dir, &man, &nman);
+    /* Only the keys that name versions, in version order (invariant 5). */
+    size_t k = 0;
+    for (size_t i = 0; !rc && i < nman; i++) {
+        if (keel__man_seq(man[i].key, prefix) == 0) {
+            keel__free(man[i].key);
+            continue;
+        }
+        man[k++] = man[i];
+    }
+    nman = rc ? nman : k;
+    if (!rc && nman)
+        qsort(man, nman, sizeof *man, entry_cmp);
     if (!rc && nman == 0)
         rc = keel__fail(KEEL_ENOTFOUND, "no index is published at %s (no "
                         "object under %s)\nhelp: check the URL; keel "
                         "publish creates the versions prune removes", url,
                         dir);
-    /* keys are manifest/<seq:020>: the listing's key order is seq order */
     size_t first_kept = nman > keep ? nman - keep : 0;
     for (size_t i = 0; !rc && i < nman; i++)
-        rc = add_manifest(s3, bucket, man[i].key, i < first_kept ? &gone
-                                                                 : &kept);
+        rc = add_manifest(s3, bucket, man[i].key,
+                          keel__man_seq(man[i].key, prefix),
+                          i < first_kept ? &gone : &kept);
     if (rc)
         goto out;
     qsort(kept.v, kept.n, sizeof *kept.v, id_cmp);
     qsort(gone.v, gone.n, sizeof *gone.v, id_cmp);
+    /* Invariant (5): the hint names the newest kept version before any
+     * older one goes, so no reader or publisher is pointed at a gap. */
+    char text[32], hint[NAME_MAX_];
+    int tn = snprintf(text, sizeof text, "%" PRIu64 "\n",
+                      keel__man_seq(man[nman - 1].key, prefix));
+    keel__latest_key(hint, sizeof hint, prefix);
+    if (first_kept &&
+        (rc = keel__s3_put(s3, bucket, hint, text, (size_t)tn, 0, NULL)))
+        goto out;
     int64_t newest = man[nman - 1].mtime_ms;
     for (size_t i = 0; !rc && i < first_kept; i++) /* invariant (2) */
         if (!(rc = keel__s3_delete(s3, bucket, man[i].key)))

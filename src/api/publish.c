@@ -23,7 +23,12 @@
 **     reset): that is its success, not a lost race.
 ** (4) An interrupted publish leaves only packs no manifest names; the next
 **     publish takes the same version number and reuses those packs.
-** (5) PREFIX/latest is a hint: publish follows it, then probes forward.
+** (5) PREFIX/latest is a hint: publish follows it when it names a manifest,
+**     then walks forward at most KEEL_VERSION_WALK versions; without a
+**     usable hint, or past the walk, the listing of PREFIX/manifest/ says
+**     which is the newest. A prefix whose listing cannot be read is not
+**     published to: probing from 1 would make a second version 1 after a
+**     prune, and the next prune would remove the newest data.
 ** (6) A pack is named by the xxh3-128 of its bytes seeded with the version
 **     number it is written for. So no pack a publish of version N writes
 **     can be named by a manifest below N: keel_prune, which removes only
@@ -42,6 +47,11 @@
 **     (id tables a grown one replaced) are zero in the image, so they are
 **     never sent, and a reader's cache is complete once warm has read what
 **     the commit names.
+**
+** (10) A version is the same index as the one before it (identity,
+**     dimensions, M, metric, precision, codes: keel__header_same_index), or
+**     the caller asked to replace the index there (opt->replace); readers
+**     never follow into another index (life.c), they keep their version.
 **
 ** This module reads the index file through the store's descriptor (the OS
 ** layer) and sends bytes through the S3 client; it holds the handle's write
@@ -254,6 +264,8 @@ typedef struct pub {
     keel_s3_put_job *jobs;    /* the queued packs */
     uint64_t pack_cap, pack_fill, pack_first; /* first page in it */
     uint64_t uploaded;
+    int replace;              /* opt->replace: another index may precede */
+    keel_stop *stop;          /* the handle's cancel */
 } pub;
 
 static int
@@ -353,15 +365,18 @@ place_page(pub *p, uint64_t i, const uint8_t *buf)
     return p->pack_fill == p->pack_cap ? flush_pack(p, i + 1) : KEEL_OK;
 }
 
-/* The newest version at the prefix (invariant 5): the hint, then forward
-** while manifests exist. Leaves p->prev.seq 0 if there is none. */
+/* The newest version at the prefix (invariant 5): the hint when it names a
+** manifest that exists, a bounded walk on from it (cache.h); without a
+** usable hint, the listing of PREFIX/manifest/. A prefix whose versions
+** cannot be found is refused: a guess would fork its history (a second
+** version 1 after a prune). Leaves p->prev.seq 0 if there is none. */
 static int
 find_previous(pub *p)
 {
     char key[NAME_MAX_];
     void *data = NULL;
     size_t len = 0;
-    uint64_t seq = 0;
+    uint64_t seq = 0, reqs = 0;
     keel__latest_key(key, sizeof key, p->prefix);
     int rc = keel__s3_get(p->s3, p->bucket, key, NULL, 64, &data, &len, NULL);
     if (rc == KEEL_OK) {
@@ -372,7 +387,7 @@ find_previous(pub *p)
     }
     keel__clear_error(); /* a hint that cannot be read says nothing */
     if (seq) {
-        /* Only a hint: one naming no manifest is not walked back from. */
+        /* Only a hint: one naming no manifest says nothing. */
         keel_s3_object o;
         keel__man_key(key, sizeof key, p->prefix, seq);
         rc = keel__s3_head(p->s3, p->bucket, key, &o);
@@ -380,31 +395,26 @@ find_previous(pub *p)
             seq = 0;
         else if (rc != KEEL_OK)
             return keel__wrap(rc, "publishing to %s: ", p->url);
+        keel__clear_error();
     }
-    for (;;) {
-        keel_s3_object o;
-        keel__man_key(key, sizeof key, p->prefix, seq + 1);
-        rc = keel__s3_head(p->s3, p->bucket, key, &o);
-        if (rc == KEEL_ENOTFOUND)
-            break;
-        if (rc != KEEL_OK)
-            return keel__wrap(rc, "publishing to %s: ", p->url);
-        seq++;
-    }
-    /* a hint past the newest manifest: walk back to one that exists */
-    while (seq > 0) {
-        keel__man_key(key, sizeof key, p->prefix, seq);
-        rc = keel__s3_get(p->s3, p->bucket, key, NULL, KEEL_MAN_MAX_BYTES,
-                          &data, &len, NULL);
-        if (rc == KEEL_OK)
-            break;
-        if (rc != KEEL_ENOTFOUND)
-            return keel__wrap(rc, "publishing to %s: ", p->url);
-        seq--;
-    }
+    rc = seq ? keel__versions_walk(p->s3, p->bucket, p->prefix, seq, p->stop,
+                                   &seq, &reqs)
+             : keel__versions_list(p->s3, p->bucket, p->prefix, &seq);
+    if (rc == KEEL_ECANCELED)
+        return rc;
+    if (rc)
+        return keel__wrap(rc, "publishing to %s: cannot tell which version "
+                          "is the newest there, so nothing was published "
+                          "(a guess could fork the versions): ", p->url);
     if (seq == 0)
         return KEEL_OK;
-    rc = keel__manifest_decode(data, len, key, &p->prev);
+    keel__man_key(key, sizeof key, p->prefix, seq);
+    rc = keel__s3_get(p->s3, p->bucket, key, NULL, KEEL_MAN_MAX_BYTES, &data,
+                      &len, NULL);
+    if (rc)
+        return keel__wrap(rc, "publishing to %s: reading version %" PRIu64
+                          ", the newest: ", p->url, seq);
+    rc = keel__manifest_decode(data, len, key, seq, &p->prev);
     keel__free(data);
     if (rc)
         return keel__wrap(rc, "publishing to %s: ", p->url);
@@ -413,6 +423,60 @@ find_previous(pub *p)
         return KEEL_ENOMEM;
     memset(p->prev_map, 0xFF, (p->prev.npacks + 1) * sizeof *p->prev_map);
     return KEEL_OK;
+}
+
+/* Invariant (10): the previous version's header (its page 0, checked
+** against the manifest's hash) names the same index as h, or the caller
+** asked to replace it. */
+static int
+same_index(pub *p, const keel_header *h)
+{
+    if (p->prev.seq == 0 || p->prev.npages == 0)
+        return KEEL_OK;
+    const keel_man_page *pg = &p->prev.pages[0];
+    if (pg->pack == KEEL_MAN_ZERO_PAGE)
+        return keel__fail(KEEL_ECORRUPT, "version %" PRIu64 " of %s has no "
+                          "header page\nhelp: publish with replace to start "
+                          "a new index there", p->prev.seq, p->url);
+    char key[NAME_MAX_];
+    keel__pack_key(key, sizeof key, p->prefix, &p->prev.packs[pg->pack]);
+    uint8_t *buf = keel__malloc(PAGE);
+    keel_header *old = keel__malloc(sizeof *old);
+    int rc = buf && old ? KEEL_OK : KEEL_ENOMEM;
+    keel_s3_range r = {key, pg->off, PAGE, buf};
+    if (!rc)
+        rc = keel__s3_get_ranges(p->s3, p->bucket, &r, 1, 1, p->stop);
+    if (rc && rc != KEEL_ENOMEM && rc != KEEL_ECANCELED)
+        rc = keel__wrap(rc, "publishing to %s: reading the header of version "
+                        "%" PRIu64 ": ", p->url, p->prev.seq);
+    if (!rc) {
+        XXH128_hash_t x = XXH3_128bits(buf, PAGE);
+        char why[128] = "";
+        if (x.high64 != pg->hash_hi || x.low64 != pg->hash_lo ||
+            keel__header_decode(buf + KEEL_HDR_A_OFF, p->prev.image_len, old,
+                                why, sizeof why) != KEEL_OK)
+            rc = keel__fail(KEEL_ECORRUPT, "the header of version %" PRIu64
+                            " of %s (in %s) is damaged%s%s\nhelp: publish "
+                            "with replace to start a new index there",
+                            p->prev.seq, p->url, key, *why ? ": " : "", why);
+    }
+    if (!rc && !keel__header_same_index(old, h) && !p->replace) {
+        char was[33], now[33];
+        keel__identity_hex(old->identity, was);
+        keel__identity_hex(h->identity, now);
+        rc = keel__fail(old->dim != h->dim ? KEEL_EDIM : KEEL_EOPTIONS,
+                        "%s holds another index (version %" PRIu64 ": %u "
+                        "dimensions, identity %s) than the one being "
+                        "published (%u dimensions, identity %s); nothing "
+                        "was published\nhelp: publish it to another "
+                        "prefix, or replace the index there (keel publish "
+                        "--replace; keel_publish_options.replace): its "
+                        "readers keep the version they have",
+                        p->url, p->prev.seq, old->dim, was, h->dim, now);
+    }
+    keel__free(buf);
+    keel__free(old);
+    return rc;
 }
 
 /* The create of manifest key found one there (invariant 3): KEEL_OK when
@@ -471,6 +535,8 @@ static int
 publish_commit(pub *p, keel_store *st, keel_header *h)
 {
     int rc = find_previous(p);
+    if (!rc)
+        rc = same_index(p, h);
     if (rc)
         return rc;
     p->next.seq = p->prev.seq + 1;
@@ -535,6 +601,10 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     uint32_t cap = opt && opt->pack_bytes ? opt->pack_bytes : PACK_DFLT;
     p->pack_cap = KEEL_MAX(PAGE, cap / PAGE * PAGE);
     p->par = opt && opt->parallel ? KEEL_MIN(opt->parallel, 16u) : 4u;
+    p->replace = opt && opt->replace;
+    keel_stop stop;
+    keel__stop_init(&stop, idx->cancel, idx->cancel_arg);
+    p->stop = &stop;
     int rc = keel__s3_url_parse(url, p->bucket, sizeof p->bucket, p->prefix,
                                 sizeof p->prefix);
     if (!rc) {

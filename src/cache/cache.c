@@ -533,7 +533,7 @@ keel__cache_open(const keel_cache_config *cfg, keel_cache **out)
         rc = KEEL_ENOMEM;
         goto fail;
     }
-    rc = keel__remote_newest(c, s3, 0, &c->man);
+    rc = keel__remote_newest(c, s3, 0, NULL, &c->man);
     keel__remote_release(c, s3);
     if (rc)
         goto fail;
@@ -643,7 +643,8 @@ keel__cache_unregister(keel_cache *c, void *addr, size_t len)
 /* --- versions ----------------------------------------------------------- */
 
 int
-keel__cache_poll(keel_cache *c, int force, keel_manifest *next)
+keel__cache_poll(keel_cache *c, int force, keel_stop *stop,
+                 keel_manifest *next)
 {
     memset(next, 0, sizeof *next);
     double t = keel__now_s();
@@ -657,7 +658,8 @@ keel__cache_poll(keel_cache *c, int force, keel_manifest *next)
     keel_s3 *s3 = keel__remote_client(c);
     if (!s3)
         return KEEL_ENOMEM;
-    int rc = keel__remote_newest(c, s3, KEEL_LOAD_RELAXED(&c->n.seq), next);
+    int rc = keel__remote_newest(c, s3, KEEL_LOAD_RELAXED(&c->n.seq), stop,
+                                 next);
     keel__remote_release(c, s3);
     return rc;
 }
@@ -674,7 +676,8 @@ same_page(const keel_man_page *a, const keel_man_page *b)
 ** outage) leaves the pinned version and every granule of it in memory, so
 ** the handle goes on serving what it served. */
 int
-keel__cache_switch(keel_cache *c, keel_manifest *next)
+keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
+                   void *arg)
 {
     if (next->seq <= c->man.seq) {
         keel__manifest_free(next);
@@ -683,6 +686,8 @@ keel__cache_switch(keel_cache *c, keel_manifest *next)
     size_t n = 0;
     uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
     int rc = buf ? fetch_pinned(c, next, buf, &n) : KEEL_ENOMEM;
+    if (rc == KEEL_OK && ok)
+        rc = ok(next, buf, n, arg);
     if (rc == KEEL_OK)
         rc = resize(c, next->npages);
     if (rc) {

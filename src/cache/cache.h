@@ -214,11 +214,18 @@ int keel__cache_end(keel_cache *c, uint64_t gen, int rc);
 ** at most every KEEL_CACHE_POLL_MS): *next gets it (free with
 ** keel__manifest_free; seq 0: none newer). The network part: no lock
 ** needed. */
-int keel__cache_poll(keel_cache *c, int force, keel_manifest *next);
+int keel__cache_poll(keel_cache *c, int force, keel_stop *stop,
+                     keel_manifest *next);
+/* Whether the reader takes version m, whose n pinned granules (header and
+** live pages) are in pinned: KEEL_OK, or the error that refuses it. */
+typedef int (*keel_cache_accept)(const keel_manifest *m, const uint8_t *pinned,
+                                 size_t n, void *arg);
 /* Pins next (taken over): punches the granules whose hash changed and
-** installs the new header and live pages. Invariant 3: the caller holds
+** installs the new header and live pages, once ok (NULL: any) accepted
+** them; a refused version changes nothing. Invariant 3: the caller holds
 ** off every reader of the store. */
-int keel__cache_switch(keel_cache *c, keel_manifest *next);
+int keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
+                       void *arg);
 
 void keel__cache_counters(keel_cache *c, keel_cache_counters *out);
 
@@ -260,9 +267,21 @@ int keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
 ** is full (or it cannot start), writes them from w[i].buf itself. */
 void keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n);
 /* The newest version at the URL no older than `after` (0: any), decoded
-** into *m; seq 0 if none is newer. Requests go through s3. */
+** into *m; seq 0 if none is newer. Requests go through s3; bounded
+** (remote.c invariant 4); stop (NULL: none) cancels between requests. */
 int keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
-                        keel_manifest *m);
+                        keel_stop *stop, keel_manifest *m);
+/* Versions without a cache (the publisher, prune, the reader): the most
+** HEADs a walk takes before it asks the listing. */
+#define KEEL_VERSION_WALK 8
+/* The newest version the listing of PREFIX/manifest/ names (0: none). */
+int keel__versions_list(keel_s3 *s3, const char *bucket, const char *prefix,
+                        uint64_t *newest);
+/* The newest version from `from` (one known to exist, or 0) on: at most
+** KEEL_VERSION_WALK HEADs, then the listing; *requests counts them. */
+int keel__versions_walk(keel_s3 *s3, const char *bucket, const char *prefix,
+                        uint64_t from, keel_stop *stop, uint64_t *newest,
+                        uint64_t *requests);
 /* A client from the cache's pool, and back. */
 keel_s3 *keel__remote_client(keel_cache *c);
 void keel__remote_release(keel_cache *c, keel_s3 *s3);

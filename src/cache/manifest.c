@@ -69,6 +69,32 @@ keel__latest_key(char *out, size_t cap, const char *prefix)
     key_of(out, cap, prefix, "latest");
 }
 
+void
+keel__man_dir(char *out, size_t cap, const char *prefix)
+{
+    key_of(out, cap, prefix, "manifest/");
+}
+
+uint64_t
+keel__man_seq(const char *key, const char *prefix)
+{
+    char dir[1200];
+    keel__man_dir(dir, sizeof dir, prefix);
+    size_t n = strlen(dir);
+    if (strncmp(key, dir, n) != 0 || strlen(key + n) != 20)
+        return 0;
+    uint64_t v = 0;
+    for (const char *t = key + n; *t; t++) {
+        if (*t < '0' || *t > '9')
+            return 0;
+        uint64_t d = (uint64_t)(*t - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
 /* --- the manifest ------------------------------------------------------- */
 
 enum {
@@ -137,7 +163,7 @@ keel__manifest_free(keel_manifest *m)
 
 int
 keel__manifest_decode(const uint8_t *buf, size_t len, const char *key,
-                      keel_manifest *m)
+                      uint64_t seq, keel_manifest *m)
 {
     memset(m, 0, sizeof *m);
 #define BAD(...) (keel__manifest_free(m), KEEL_CORRUPT(__VA_ARGS__))
@@ -161,6 +187,10 @@ keel__manifest_decode(const uint8_t *buf, size_t len, const char *key,
                    key, len);
     if (keel__get64(buf + MO_CHECKSUM) != manifest_checksum(buf, len))
         return BAD("manifest %s fails its checksum", key);
+    uint64_t says = m->seq;
+    if (says != seq)
+        return BAD("manifest %s says it is version %" PRIu64 ", not the "
+                   "version %" PRIu64 " its name gives", key, says, seq);
     if (m->npages != (m->image_len + PAGE - 1) / PAGE)
         return BAD("manifest %s has %" PRIu64 " pages for %" PRIu64 " bytes",
                    key, m->npages, m->image_len);

@@ -54,16 +54,22 @@ void keel__man_key(char *out, size_t cap, const char *prefix, uint64_t seq);
 void keel__pack_key(char *out, size_t cap, const char *prefix,
                     const keel_man_pack *p);
 void keel__latest_key(char *out, size_t cap, const char *prefix);
+/* PREFIX/manifest/, the folder the versions are listed from. */
+void keel__man_dir(char *out, size_t cap, const char *prefix);
+/* The version a key of PREFIX/manifest/ names (exactly 20 digits after the
+** folder); 0 for any other key. */
+uint64_t keel__man_seq(const char *key, const char *prefix);
 /* The version the `latest` hint's len bytes name: decimal digits, then at
 ** most white space; 0 (no hint) for anything else. Only a hint: callers
 ** check that the manifest exists. */
 uint64_t keel__latest_parse(const void *data, size_t len);
 
 /* Decodes and checks a manifest (magic, version, sizes, checksum, every
-** page inside its pack). KEEL_ECORRUPT naming key on failure. Free with
+** page inside its pack, and that it is version seq, the one its key
+** names). KEEL_ECORRUPT naming key on failure. Free with
 ** keel__manifest_free. */
 int keel__manifest_decode(const uint8_t *buf, size_t len, const char *key,
-                          keel_manifest *m);
+                          uint64_t seq, keel_manifest *m);
 void keel__manifest_free(keel_manifest *m);
 /* Encodes m (keel__malloc'd, *len bytes); NULL when out of memory. */
 uint8_t *keel__manifest_encode(const keel_manifest *m, size_t *len);

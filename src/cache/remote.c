@@ -13,6 +13,12 @@
 **       process-wide, inflight_max keeps the most (tests).
 **   (3) The newest version is the largest N whose manifest exists; the
 **       `latest` hint only says where to start looking (doc/objstore.md).
+**   (4) Every search for the newest version is bounded: from a version
+**       known to exist it walks at most KEEL_VERSION_WALK HEADs forward,
+**       then asks the listing of PREFIX/manifest/ (one request); without a
+**       usable hint it asks the listing at once. Versions are never
+**       probed from 1: after a prune the low numbers are gone, and a walk
+**       from 1 would find no version where the newest exists.
 */
 #include "cache/cache.h"
 #include "os/os.h"
@@ -96,22 +102,69 @@ wrap(keel_cache *c, int rc)
     return keel__wrap(rc, "opening %s: ", c->url);
 }
 
-/* Whether manifest/<seq> exists (1), not (0), or an error (<0 as KEEL_E*
-** negated is not used: returns the code with a message, as rc > 1). */
+/* Whether manifest/<seq> exists: *exists 1 or 0 and KEEL_OK, or the
+** request's error (a missing bucket is one). */
 static int
-manifest_exists(keel_cache *c, keel_s3 *s3, uint64_t seq, int *exists)
+man_head(keel_s3 *s3, const char *bucket, const char *prefix, uint64_t seq,
+         int *exists)
 {
     char key[KEY_MAX];
     keel_s3_object o;
-    keel__man_key(key, sizeof key, c->prefix, seq);
-    __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
-    int rc = keel__s3_head(s3, c->bucket, key, &o);
+    keel__man_key(key, sizeof key, prefix, seq);
+    int rc = keel__s3_head(s3, bucket, key, &o);
     *exists = rc == KEEL_OK;
     if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket")) {
         keel__clear_error();
         return KEEL_OK;
     }
     return rc;
+}
+
+int
+keel__versions_list(keel_s3 *s3, const char *bucket, const char *prefix,
+                    uint64_t *newest)
+{
+    char dir[KEY_MAX];
+    keel_s3_entry *e = NULL;
+    size_t n = 0;
+    *newest = 0;
+    keel__man_dir(dir, sizeof dir, prefix);
+    int rc = keel__s3_list(s3, bucket, dir, &e, &n);
+    for (size_t i = 0; rc == KEEL_OK && i < n; i++)
+        *newest = KEEL_MAX(*newest, keel__man_seq(e[i].key, prefix));
+    keel__s3_list_free(e, n);
+    if (rc && rc != KEEL_ENOMEM)
+        rc = keel__wrap(rc, "listing the versions under %s: ", dir);
+    return rc;
+}
+
+int
+keel__versions_walk(keel_s3 *s3, const char *bucket, const char *prefix,
+                    uint64_t from, keel_stop *stop, uint64_t *newest,
+                    uint64_t *requests)
+{
+    uint64_t seq = from;
+    for (int k = 0; k < KEEL_VERSION_WALK; k++) {
+        if (keel__stop_poll(stop))
+            return keel__fail(KEEL_ECANCELED, "cancelled while looking for "
+                              "the newest version under %s\nhelp: the cancel "
+                              "callback (keel_set_cancel) asked to stop",
+                              prefix);
+        int exists;
+        (*requests)++;
+        int rc = man_head(s3, bucket, prefix, seq + 1, &exists);
+        if (rc)
+            return rc;
+        if (!exists) {
+            *newest = seq;
+            return KEEL_OK;
+        }
+        seq++;
+    }
+    /* Further than a walk goes (or a store that says every version
+     * exists): the listing says which is the newest. */
+    (*requests)++;
+    return keel__versions_list(s3, bucket, prefix, newest);
 }
 
 /* Reads manifest/<seq> (at most KEEL_MAN_MAX_BYTES) and decodes it into m;
@@ -132,7 +185,7 @@ manifest_get(keel_cache *c, keel_s3 *s3, uint64_t seq, keel_manifest *m)
     }
     if (rc)
         return wrap(c, rc);
-    rc = keel__manifest_decode(data, len, key, m);
+    rc = keel__manifest_decode(data, len, key, seq, m);
     keel__free(data);
     if (rc == KEEL_OK && m->npages < KEEL_CACHE_PINNED) {
         uint64_t np = m->npages;
@@ -157,28 +210,26 @@ probe_main(void *arg)
 {
     probe *p = arg;
     keel_s3 *s3 = keel__remote_client(p->c);
-    p->rc = s3 ? manifest_exists(p->c, s3, p->seq, &p->exists) : KEEL_ENOMEM;
+    __atomic_add_fetch(&p->c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    p->rc = s3 ? man_head(s3, p->c->bucket, p->c->prefix, p->seq, &p->exists)
+               : KEEL_ENOMEM;
     if (p->rc)
         snprintf(p->msg, sizeof p->msg, "%s", keel_errmsg());
     keel__remote_release(p->c, s3);
     return NULL;
 }
 
-int
-keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
-                    keel_manifest *m)
+/* The hint, 0 when there is none or it cannot be read; a missing bucket is
+** an error (*hint 0). */
+static int
+read_hint(keel_cache *c, keel_s3 *s3, uint64_t *hint)
 {
-    memset(m, 0, sizeof *m);
-    char key[KEY_MAX];
-    uint64_t seq = after;
-    /* The hint, if it points further than we are. */
+    char key[KEY_MAX], etag[KEEL_S3_ETAG_MAX];
     void *data = NULL;
     size_t len = 0;
-    char etag[KEEL_S3_ETAG_MAX];
-    uint64_t hint = 0;
     pthread_mutex_lock(&c->mu);
     snprintf(etag, sizeof etag, "%s", c->latest_etag);
-    hint = c->latest_hint;
+    *hint = c->latest_hint;
     pthread_mutex_unlock(&c->mu);
     keel__latest_key(key, sizeof key, c->prefix);
     __atomic_add_fetch(&c->n.meta_gets, 1, __ATOMIC_RELAXED);
@@ -187,21 +238,34 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     int rc = keel__s3_get(s3, c->bucket, key, *etag ? etag : NULL, 64, &data,
                           &len, &o);
     if (rc == KEEL_OK) {
-        hint = keel__latest_parse(data, len); /* 0: says nothing */
+        *hint = keel__latest_parse(data, len); /* 0: says nothing */
         keel__free(data);
         pthread_mutex_lock(&c->mu);
         snprintf(c->latest_etag, sizeof c->latest_etag, "%s", o.etag);
-        c->latest_hint = hint;
+        c->latest_hint = *hint;
         pthread_mutex_unlock(&c->mu);
     } else if (rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) {
+        *hint = 0;
         return wrap(c, rc); /* the probes would say the same */
     } else if (rc != KEEL_S3_NOT_MODIFIED) {
         /* No hint, or one that cannot be read (too long, refused, a
-         * failed request): probe from where we are. */
-        hint = 0;
+         * failed request): the listing says (invariant 4). */
+        *hint = 0;
     }
     keel__clear_error();
-    rc = KEEL_OK;
+    return KEEL_OK;
+}
+
+int
+keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
+                    keel_stop *stop, keel_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    uint64_t seq = after, hint, reqs = 0;
+    int rc = read_hint(c, s3, &hint);
+    if (rc)
+        return rc;
+    int walk = 0, list = hint == 0;
     if (hint > seq) {
         /* The hinted manifest itself, and beside it (a thread of its own,
          * one round trip for both) whether the next one exists: a hint
@@ -217,14 +281,14 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
         else
             probe_main(&p);
         if (p.rc == KEEL_OK && p.exists) {
-            /* The hint is behind: probe on from the next one. */
+            /* The hint is behind: walk on from the next one. */
             if (rc == KEEL_OK)
                 keel__manifest_free(m);
             memset(m, 0, sizeof *m);
             seq = hint + 1;
-            rc = KEEL_OK;
+            walk = 1;
         } else if (rc == KEEL_ENOTFOUND) {
-            rc = KEEL_OK; /* a wrong hint: probe from where we are */
+            list = 1; /* a wrong hint (a pruned version): the listing says */
         } else if (rc) {
             return rc;
         } else if (p.rc) {
@@ -234,16 +298,21 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
         } else {
             return KEEL_OK; /* the hint's is the newest */
         }
+    } else if (!list) {
+        walk = 1; /* a hint not ahead of us: walk on from where we are */
     }
-    for (;;) {
-        int exists;
-        if ((rc = manifest_exists(c, s3, seq + 1, &exists)))
-            return wrap(c, rc);
-        if (!exists)
-            break;
-        seq++;
+    rc = KEEL_OK;
+    if (walk) {
+        rc = keel__versions_walk(s3, c->bucket, c->prefix, seq, stop, &seq,
+                                 &reqs);
+    } else if (list) {
+        reqs++;
+        rc = keel__versions_list(s3, c->bucket, c->prefix, &seq);
     }
-    if (seq == after)
+    __atomic_add_fetch(&c->n.meta_gets, reqs, __ATOMIC_RELAXED);
+    if (rc)
+        return wrap(c, rc);
+    if (seq <= after)
         return KEEL_OK; /* nothing newer */
     rc = manifest_get(c, s3, seq, m);
     if (rc == KEEL_ENOTFOUND)

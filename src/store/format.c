@@ -187,6 +187,14 @@ keel__identity_present(const uint8_t identity[KEEL_IDENTITY_BYTES])
     return 0;
 }
 
+int
+keel__header_same_index(const keel_header *a, const keel_header *b)
+{
+    return a->dim == b->dim && a->M == b->M && a->metric == b->metric &&
+           a->precision == b->precision && a->codes == b->codes &&
+           memcmp(a->identity, b->identity, KEEL_IDENTITY_BYTES) == 0;
+}
+
 void
 keel__identity_hex(const uint8_t identity[KEEL_IDENTITY_BYTES], char out[33])
 {

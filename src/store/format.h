@@ -183,6 +183,10 @@ extern int keel__mutant;
 
 /* Whether a header carries an identity (not all zero). */
 int keel__identity_present(const uint8_t identity[KEEL_IDENTITY_BYTES]);
+/* Whether two commits are of one index: the same identity, dimensions,
+** M, metric, precision and codes (what a reader that follows the index
+** keeps). */
+int keel__header_same_index(const keel_header *a, const keel_header *b);
 /* The identity as 32 hex digits ("none" if absent), for messages. */
 void keel__identity_hex(const uint8_t identity[KEEL_IDENTITY_BYTES],
                         char out[33]);

@@ -80,6 +80,8 @@ struct s3proxy {
     conn *conns;
     unsigned fail_skip, fail_left, stall_left; /* the schedule */
     int fail_status, only_gets;
+    char only_key[256];  /* faults only to targets holding it ("" all) */
+    int head_ok;         /* answer every HEAD 200 itself */
     int cutting;         /* the schedule cuts (after cut_bytes) */
     uint64_t cut_bytes;
     uint64_t active;     /* requests in progress */
@@ -388,11 +390,13 @@ send_fault(s3proxy *p, conn *c, int status, const char *method,
 
 /* Invariant (4). */
 static int
-decide(s3proxy *p, int is_get, int *status, uint64_t *cut)
+decide(s3proxy *p, int is_get, const char *target, int *status,
+       uint64_t *cut)
 {
     int act = PASS;
     pthread_mutex_lock(&p->mu);
-    if (!p->only_gets || is_get) {
+    if ((!p->only_gets || is_get) &&
+        (!p->only_key[0] || strstr(target, p->only_key))) {
         if (p->stall_left) {
             p->stall_left--;
             act = STALL;
@@ -455,7 +459,15 @@ serve(s3proxy *p, conn *c, size_t hl, const char *method,
                  strcasecmp(v, "100-continue") == 0;
     int status = 0;
     uint64_t budget = 0; /* of a cut answer */
-    int act = decide(p, is_get, &status, &budget);
+    if (is_head && __atomic_load_n(&p->head_ok, __ATOMIC_RELAXED)) {
+        /* A store that says every object exists. */
+        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 4096"
+                                 "\r\nETag: \"0123456789abcdef\"\r\n"
+                                 "Last-Modified: Mon, 01 Jan 2024 00:00:00 "
+                                 "GMT\r\nConnection: keep-alive\r\n\r\n";
+        return send_all(p, c->cli.fd, ok, sizeof ok - 1) == 0;
+    }
+    int act = decide(p, is_get, target, &status, &budget);
     if (act == STALL) { /* keep the request; drop all that follows */
         count(&p->n.stalls, 1);
         for (;;) {
@@ -803,6 +815,20 @@ s3proxy_fail_only_gets(s3proxy *p, int on)
     pthread_mutex_lock(&p->mu);
     p->only_gets = on != 0;
     pthread_mutex_unlock(&p->mu);
+}
+
+void
+s3proxy_fail_only_key(s3proxy *p, const char *part)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(p->only_key, sizeof p->only_key, "%s", part ? part : "");
+    pthread_mutex_unlock(&p->mu);
+}
+
+void
+s3proxy_head_always_ok(s3proxy *p, int on)
+{
+    __atomic_store_n(&p->head_ok, on != 0, __ATOMIC_RELAXED);
 }
 
 void

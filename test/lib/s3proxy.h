@@ -30,6 +30,10 @@
 **                   it ended (a reset, or an answer lost on the way)
 **   fail_only_gets  faults and stalls apply to GETs only; other methods
 **                   pass (and do not count against n or k)
+**   fail_only_key(s) faults and stalls apply only to requests whose target
+**                   (path and query) holds s (NULL or "": to all)
+**   head_always_ok  answer every HEAD 200 (4096 bytes) itself, never
+**                   forwarding it: a store that says every object exists
 ** Fails and cuts share one schedule: the last fail_* or cut_after call
 ** replaces what is left of the one before.
 **
@@ -76,6 +80,8 @@ void s3proxy_fail_after(s3proxy *p, unsigned skip, unsigned n, int status);
 void s3proxy_cut_after(s3proxy *p, unsigned skip, unsigned n,
                        uint64_t bytes);
 void s3proxy_fail_only_gets(s3proxy *p, int on);
+void s3proxy_fail_only_key(s3proxy *p, const char *part);
+void s3proxy_head_always_ok(s3proxy *p, int on);
 void s3proxy_stall_next(s3proxy *p, unsigned n);
 /* Cancels pending fails, cuts and stalls (not the delay). */
 void s3proxy_clear(s3proxy *p);

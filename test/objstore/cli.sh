@@ -44,4 +44,20 @@ grep -q '"removed": [1-9]' prune.json || fail "prune removed nothing: $(cat prun
 cmp -s file2.tsv url2.tsv || fail "after prune the URL's results differ from the file's"
 "$KEEL" prune "$URL" --keep 0 2>err.txt && fail "prune --keep 0"
 grep -q "help:" err.txt || fail "no help line for --keep 0"
-echo "ok   cli.sh: publish, info, check, search and prune on $URL"
+# Another index over the URL: refused (exit 2, dimensions) with a help
+# line naming --replace; with --replace it is the URL's index.
+python3 - <<'PY'
+import random, struct
+random.seed(8)
+with open("w.fvecs", "wb") as f:
+    for _ in range(300):
+        f.write(struct.pack("<i", 8) + struct.pack("<8f", *[random.random() for _ in range(8)]))
+PY
+"$KEEL" build j.keel w.fvecs >/dev/null || fail "build j.keel"
+"$KEEL" publish j.keel "$URL" 2>err.txt && fail "publish of another index without --replace"
+grep -q "another index" err.txt || fail "no word of another index: $(cat err.txt)"
+grep -q "help:.*--replace" err.txt || fail "no help naming --replace: $(cat err.txt)"
+"$KEEL" info "$URL" | grep -q "live vectors: *1,997" || fail "info after a refused publish"
+"$KEEL" publish j.keel "$URL" --replace >/dev/null || fail "publish --replace"
+"$KEEL" info "$URL" | grep -q "live vectors: *300" || fail "info after --replace"
+echo "ok   cli.sh: publish, info, check, search, prune and --replace on $URL"
