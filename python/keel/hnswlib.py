@@ -1,0 +1,879 @@
+"""hnswlib.py -- hnswlib 0.8's Python API on keel: ``import keel.hnswlib as
+hnswlib`` runs a program written for hnswlib unchanged.
+
+Index(space, dim) keeps its vectors in a keel index (keel.VectorIndex): in
+memory (":memory:"), in a private copy of a loaded file, or, with path=, in
+a keel file of the caller's that every save_index() makes durable in place.
+This module adds what hnswlib has and keel does not:
+
+* capacity: max_elements and element_count (hnswlib's slots: live labels
+  plus labels marked deleted), checked before any add (all or none);
+* marked deletion: mark_deleted() deletes the label from keel and keeps its
+  vector here, so unmark_deleted() can add it back, get_ids_list() still
+  lists it and allow_replace_deleted adds can reuse its slot;
+* the auto label counter (cur_l: labels cur_l + row when ids is None);
+* hnswlib's distances: squared L2 (keel reports the Euclidean distance),
+  1 - dot and 1 - cos, as float32.
+
+That state is saved beside the keel file in ``<file>.hnswlib`` (an npz
+file: a JSON header and the marked-deleted labels and vectors); a keel file
+without one (from ``keel build``, C or another program) loads with
+max_elements = its count and nothing marked deleted. The keel file itself
+is complete: every keel tool opens it.
+
+BFIndex is exact search in numpy and saves hnswlib's brute-force format.
+convert() reads hnswlib's saved HNSW format (hnswalg.h, saveIndex) into a
+keel file. doc/python.md lists every difference from hnswlib and why.
+"""
+
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+from . import _keel
+from ._errors import IdNotFoundError
+from ._index import IndexReader, VectorIndex
+
+__all__ = ["Index", "BFIndex", "convert"]
+
+_SPACES = ("l2", "ip", "cosine")
+_NONE = np.uint64(2**64 - 1)         # keel's padding for a missing result
+_MAX_EF = 100000                     # keel's largest ef
+_SIDECAR = ".hnswlib"
+_SIDECAR_VERSION = 1
+
+
+def _space(space):
+    if space not in _SPACES:
+        raise RuntimeError("Space name must be one of l2, ip, or cosine.")
+    return space
+
+
+def _rows(data):
+    """data as a C-contiguous float32 2-D array (hnswlib's forcecast)."""
+    x = np.ascontiguousarray(np.asarray(data, dtype=np.float32))
+    if x.ndim not in (1, 2):
+        raise RuntimeError(
+            "Input vector data wrong shape. Number of dimensions %d. Data "
+            "must be a 1D or 2D array." % x.ndim)
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def _labels(ids, rows):
+    """ids (None or array-like) as uint64 labels for rows vectors, checked
+    as hnswlib checks them."""
+    if ids is None:
+        return None
+    a = np.asarray(ids)
+    if not (a.ndim == 1 and a.shape[0] == rows or a.ndim == 0 and rows == 1):
+        raise RuntimeError(
+            "The input label shape %d does not match the input data vector "
+            "shape %d" % (a.ndim, rows))
+    return _as_uint64(a).reshape(-1)
+
+
+def _as_uint64(a):
+    if a.dtype.kind == "i":
+        return a.astype(np.int64).view(np.uint64)    # -1 wraps, as size_t
+    return a.astype(np.uint64)
+
+
+def _check_rows(x, dim, space):
+    if x.shape[1] != dim:
+        raise RuntimeError("Wrong dimensionality of the vectors\nhelp: give "
+                           "vectors of %d values (these have %d)"
+                           % (dim, x.shape[1]))
+    if x.size and not np.isfinite(x).all():
+        row = int(np.nonzero(~np.isfinite(x).all(axis=1))[0][0])
+        raise ValueError("vector %d holds a NaN or infinite value\nhelp: "
+                         "keel stores finite vectors only" % row)
+    if space == "cosine" and x.size:
+        zero = np.nonzero(~x.any(axis=1))[0]
+        if zero.size:
+            raise ValueError(
+                "vector %d is all zeros, which has no direction for cosine "
+                "distance\nhelp: drop zero vectors, or use space 'l2' or "
+                "'ip'" % int(zero[0]))
+
+
+def _contiguous_error():
+    return RuntimeError(
+        "Cannot return the results in a contiguous 2D array. Probably ef or "
+        "M is too small\nhelp: ask for k at most the number of vectors the "
+        "search can reach (live, and passing the filter), or raise ef")
+
+
+def _not_found():
+    return RuntimeError("Label not found")
+
+
+class _Backing(VectorIndex):
+    """A keel writer whose unsaved changes are meant to go (an index in
+    memory or a private copy of a loaded file): closing it does not warn."""
+
+    def close(self):
+        _keel.Index.close(self)
+
+    def __del__(self):
+        pass
+
+
+def _private_copy(path):
+    """A writer on a private copy of the keel file at path (its last flush):
+    the copy is unlinked once open, so it goes away with the handle."""
+    fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
+    os.close(fd)
+    try:
+        reader = IndexReader(path)
+        try:
+            reader.backup(tmp)
+        finally:
+            reader.close()
+        ix = _Backing(tmp, None)
+    finally:
+        os.unlink(tmp)
+    return ix
+
+
+def _sidecar_path(path):
+    return os.fsdecode(path) + _SIDECAR
+
+
+def _fingerprint(ix):
+    st = ix.stats()
+    return [int(st["dimensions"]), int(st["count"]), int(st["next_id"])]
+
+
+def _read_sidecar(path, ix):
+    """The hnswlib state saved beside the keel file at path, or None if
+    there is none or it belongs to another state of the file."""
+    side = _sidecar_path(path)
+    if not os.path.exists(side):
+        return None
+    with np.load(side, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        labels = z["deleted_labels"].astype(np.uint64)
+        vectors = z["deleted_vectors"].astype(np.float32)
+    if meta.get("version") != _SIDECAR_VERSION or \
+            meta.get("fingerprint") != _fingerprint(ix):
+        import warnings
+        warnings.warn("%s does not match the keel file %s (it was changed "
+                      "since save_index): loading without it, nothing "
+                      "marked deleted\nhelp: save_index() again to write a "
+                      "matching one" % (side, os.fsdecode(path)),
+                      RuntimeWarning, stacklevel=3)
+        return None
+    meta["deleted"] = {int(l): v for l, v in zip(labels, vectors)}
+    return meta
+
+
+def _write_sidecar(path, ix, meta, deleted):
+    side = _sidecar_path(path)
+    labels = np.fromiter(deleted.keys(), dtype=np.uint64, count=len(deleted))
+    vectors = np.array(list(deleted.values()), dtype=np.float32).reshape(
+        len(deleted), -1) if deleted else np.zeros((0, 0), np.float32)
+    meta = dict(meta, version=_SIDECAR_VERSION, fingerprint=_fingerprint(ix))
+    tmp = side + ".tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, meta=np.array(json.dumps(meta)), deleted_labels=labels,
+                 deleted_vectors=vectors)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, side)
+
+
+class Index:
+    """hnswlib.Index on keel.
+
+    Index(space, dim, path=None): space is 'l2' (squared Euclidean), 'ip'
+    (1 - dot) or 'cosine' (1 - cos). With path=, init_index() creates (or
+    opens) the keel file there and every save_index() or flush() makes the
+    index durable in place, readable meanwhile by keel.IndexReader in other
+    processes. Index(params) and Index(index) copy, as hnswlib's do.
+    """
+
+    def __init__(self, space=None, dim=None, path=None, *, params=None,
+                 index=None):
+        if isinstance(space, dict) and dim is None:
+            params, space = space, None
+        elif isinstance(space, Index) and dim is None:
+            index, space = space, None
+        if index is not None:
+            params = index.__getstate__()
+        if params is not None:
+            self._restore(params)
+            return
+        if space is None or dim is None:
+            raise TypeError("Index() takes space and dim: Index('l2', 128)"
+                            "\nhelp: give the space ('l2', 'ip' or 'cosine') "
+                            "and the number of dimensions")
+        self._reset(_space(space), int(dim), path)
+
+    def _reset(self, space, dim, path):
+        self.space = space
+        self.dim = dim
+        self._path = None if path is None else os.fsdecode(path)
+        self._ix = None
+        self._ef = 10
+        self.num_threads = os.cpu_count() or 1
+        self._m = 0
+        self._efc = 0
+        self._max = 0
+        self._count = 0          # hnswlib's cur_element_count
+        self._cur_l = 0          # the next automatic label
+        self._seed = 100
+        self._replace = False    # allow_replace_deleted
+        self._deleted = {}       # marked deleted: label -> stored vector
+
+    # -- creating and loading -------------------------------------------
+
+    def init_index(self, max_elements, M=16, ef_construction=200,
+                   random_seed=100, allow_replace_deleted=False):
+        if self._ix is not None:
+            raise RuntimeError("The index is already initiated.")
+        opts = dict(metric=self.space, max_connections=int(M),
+                    ef_construction=int(ef_construction))
+        if self._path is not None:
+            self._ix = VectorIndex(self._path, self.dim, **opts)
+            self._adopt(self._path, int(max_elements))
+        else:
+            self._ix = _Backing(":memory:", self.dim, **opts)
+        self._m = int(M)
+        self._efc = int(ef_construction)
+        self._max = max(int(max_elements), self._count)
+        self._seed = int(random_seed)
+        self._replace = bool(allow_replace_deleted)
+
+    def load_index(self, path_to_index, max_elements=0,
+                   allow_replace_deleted=False):
+        path = os.fsdecode(path_to_index)
+        if self._ix is not None:
+            print("Warning: Calling load_index for an already inited index. "
+                  "Old index is being deallocated.", file=sys.stderr)
+            self._close_backing()
+        url = path.startswith("s3://")
+        if url:
+            ix = IndexReader(path)
+        elif self._path is not None and os.path.abspath(path) == \
+                os.path.abspath(self._path):
+            ix = VectorIndex(path, None)
+        else:
+            if not os.path.exists(path):
+                raise RuntimeError("Cannot open file\nhelp: %s does not "
+                                   "exist; give the path save_index wrote"
+                                   % path)
+            ix = _private_copy(path)
+        st = ix.stats()
+        if st["dimensions"] != self.dim or st["metric"] != self.space:
+            ix.close()
+            raise ValueError(
+                "the index at %s holds %s vectors of %d dimensions, not %s of "
+                "%d\nhelp: load it into hnswlib.Index(%r, %d)"
+                % (path, st["metric"], st["dimensions"], self.space, self.dim,
+                   st["metric"], st["dimensions"]))
+        self._ix = ix
+        self._m = int(st["max_connections"])
+        self._efc = 200
+        self._ef = 10
+        self._count = 0
+        self._deleted = {}
+        self._max = 0
+        self._adopt(None if url else path, 0)
+        self._cur_l = self._count
+        self._max = int(max_elements) if int(max_elements) >= self._count \
+            else self._max
+        self._replace = bool(allow_replace_deleted)
+
+    def _adopt(self, path, max_elements):
+        """Takes the hnswlib state saved beside path (or the defaults)."""
+        live = len(self._ix)
+        meta = _read_sidecar(path, self._ix) if path is not None else None
+        if meta is None:
+            self._deleted = {}
+            self._count = live
+            self._max = max(live, max_elements)
+            self._cur_l = live
+            return
+        self._deleted = meta["deleted"]
+        self._count = max(int(meta["element_count"]),
+                          live + len(self._deleted))
+        self._max = max(int(meta["max_elements"]), self._count, max_elements)
+        self._cur_l = int(meta["cur_l"])
+        self._efc = int(meta["ef_construction"])
+
+    def _close_backing(self):
+        if self._ix is not None and not self._ix.closed:
+            self._ix.close()
+        self._ix = None
+
+    def _meta(self):
+        return {"max_elements": self._max, "element_count": self._count,
+                "cur_l": self._cur_l, "ef_construction": self._efc,
+                "M": self._m, "space": self.space}
+
+    def save_index(self, path_to_index):
+        ix = self._inited()
+        path = os.fsdecode(path_to_index)
+        ix.flush()
+        if self._path is not None:
+            _write_sidecar(self._path, ix, self._meta(), self._deleted)
+            if os.path.abspath(path) == os.path.abspath(self._path):
+                return
+        ix.backup(path)
+        _write_sidecar(path, ix, self._meta(), self._deleted)
+
+    def flush(self):
+        """keel: makes an index opened with path= durable (save_index of
+        its own path); on other indexes it does nothing lasting."""
+        ix = self._inited()
+        ix.flush()
+        if self._path is not None:
+            _write_sidecar(self._path, ix, self._meta(), self._deleted)
+
+    def close(self):
+        """keel: releases the index's keel handle (and its file lock)."""
+        self._close_backing()
+
+    # -- adding ---------------------------------------------------------
+
+    def add_items(self, data, ids=None, num_threads=-1,
+                  replace_deleted=False):
+        ix = self._inited()
+        x = _rows(data)
+        rows = x.shape[0]
+        _check_rows(x, self.dim, self.space)
+        labels = _labels(ids, rows)
+        if labels is None:
+            labels = np.arange(self._cur_l, self._cur_l + rows,
+                               dtype=np.uint64)
+        if rows == 0:
+            return
+        if replace_deleted and not self._replace:
+            raise RuntimeError(
+                "Replacement of deleted elements is disabled in constructor"
+                "\nhelp: init_index (or load_index) with "
+                "allow_replace_deleted=True")
+        if (labels == _NONE).any():
+            raise ValueError("label 18446744073709551615 (2**64-1) cannot be "
+                             "stored: keel reserves it\nhelp: use labels "
+                             "below 2**64-1")
+        # The last row of a label wins, as when hnswlib adds rows in order.
+        uniq, last = np.unique(labels[::-1], return_index=True)
+        if uniq.shape[0] != rows:
+            keep = np.sort(rows - 1 - last)
+            labels, x = labels[keep], x[keep]
+        live = self._live(labels)
+        deleted = self._deleted
+        update = labels[live]
+        plan_unmark = []        # marked-deleted labels added again
+        taken = []              # marked-deleted labels whose slot is reused
+        new_slots = 0
+        fresh = labels[~live].tolist()
+        if deleted:
+            again = set(l for l in fresh if l in deleted)
+            if again and self._replace and not replace_deleted:
+                raise RuntimeError(
+                    "Can't use addPoint to update deleted elements if "
+                    "replacement of deleted elements is enabled.")
+            plan_unmark = list(again)
+            fresh = [l for l in fresh if l not in again] if again else fresh
+            if replace_deleted:
+                vacancies = (l for l in deleted if l not in again)
+                for _ in fresh:
+                    label = next(vacancies, None)
+                    if label is None:
+                        break
+                    taken.append(label)
+        new_slots = len(fresh) - len(taken)
+        if self._count + new_slots > self._max:
+            raise RuntimeError(
+                "The number of elements exceeds the specified limit\nhelp: "
+                "the index holds %d of max_elements %d and these add %d: call "
+                "resize_index() first" % (self._count, self._max, new_slots))
+        if update.size:
+            ix.delete(update)
+        ix.add_batch(x, labels)
+        for label in plan_unmark:
+            del deleted[label]
+        for label in taken:
+            del deleted[label]
+        self._count += new_slots
+        self._cur_l += rows
+
+    def _live(self, labels):
+        """A bool array: which labels are live in keel."""
+        ix = self._ix
+        if len(ix) == 0:
+            return np.zeros(labels.shape[0], bool)
+        if labels.shape[0] < 64:
+            return np.fromiter((int(l) in ix for l in labels.tolist()),
+                               bool, count=labels.shape[0])
+        return np.isin(labels, ix.ids(), assume_unique=True)
+
+    # -- searching ------------------------------------------------------
+
+    def knn_query(self, data, k=1, num_threads=-1, filter=None):
+        ix = self._inited()
+        x = _rows(data)
+        if x.shape[1] != self.dim:
+            raise RuntimeError("Wrong dimensionality of the vectors\nhelp: "
+                               "give queries of %d values (these have %d)"
+                               % (self.dim, x.shape[1]))
+        k = int(k)
+        n = x.shape[0]
+        if k == 0 or n == 0:
+            return (np.zeros((n, k), np.uint64), np.zeros((n, k), np.float32))
+        allowed = None
+        if filter is not None:
+            allowed = _keel_filter(ix.ids(), filter)
+        if k > len(ix):
+            raise _contiguous_error()
+        ef = min(max(self._ef, k), _MAX_EF)
+        labels, dist = ix.search_batch(x, k=k, ef=ef, allowed=allowed)
+        if labels[:, -1].max() == _NONE:
+            raise _contiguous_error()
+        if self.space == "l2":
+            np.square(dist, out=dist)
+        return labels, dist
+
+    def set_ef(self, ef):
+        self._ef = int(ef)
+
+    def set_num_threads(self, num_threads):
+        self.num_threads = int(num_threads)
+
+    # -- deleting -------------------------------------------------------
+
+    def mark_deleted(self, label):
+        ix = self._inited()
+        label = int(label)
+        if label in self._deleted:
+            raise RuntimeError(
+                "The requested to delete element is already deleted")
+        try:
+            vec = ix.get(label)
+        except IdNotFoundError:
+            raise _not_found() from None
+        ix.delete(label)
+        self._deleted[label] = vec
+
+    def unmark_deleted(self, label):
+        ix = self._inited()
+        label = int(label)
+        vec = self._deleted.get(label)
+        if vec is None:
+            if label in ix:
+                raise RuntimeError(
+                    "The requested to undelete element is not deleted")
+            raise _not_found()
+        ix.add(vec, id=label)
+        del self._deleted[label]
+
+    def resize_index(self, new_size):
+        self._inited()
+        if int(new_size) < self._count:
+            raise RuntimeError(
+                "Cannot resize, max element is less than the current number "
+                "of elements")
+        self._max = int(new_size)
+
+    # -- reading --------------------------------------------------------
+
+    def get_items(self, ids=None, return_type="numpy"):
+        if return_type not in ("numpy", "list"):
+            raise ValueError('return_type should be "numpy" or "list"')
+        ix = self._inited()
+        if ids is None:
+            labels = np.zeros(0, np.uint64)
+        else:
+            a = np.asarray(ids)
+            if a.ndim == 0:
+                raise ValueError("get_items accepts a list of indices and "
+                                 "returns a list of vectors")
+            labels = _as_uint64(a).reshape(-1)[:a.shape[0]]
+        if labels.shape[0] == 0:
+            out = np.zeros(0, np.float32)
+        else:
+            try:
+                out = ix.get(labels)
+            except IdNotFoundError:
+                raise _not_found() from None
+        return out.tolist() if return_type == "list" else out
+
+    def get_ids_list(self):
+        return self._inited().ids().tolist() + list(self._deleted)
+
+    def get_max_elements(self):
+        self._inited()
+        return self._max
+
+    def get_current_count(self):
+        self._inited()
+        return self._count
+
+    def index_file_size(self):
+        return int(self._inited().stats()["file_bytes"])
+
+    @property
+    def ef(self):
+        return self._ef
+
+    @ef.setter
+    def ef(self, value):
+        self._ef = int(value)
+
+    @property
+    def M(self):
+        return self._m if self._ix is not None else 0
+
+    @property
+    def ef_construction(self):
+        return self._efc if self._ix is not None else 0
+
+    @property
+    def max_elements(self):
+        return self._max if self._ix is not None else 0
+
+    @property
+    def element_count(self):
+        return self._count if self._ix is not None else 0
+
+    @property
+    def keel_index(self):
+        """keel: the keel.VectorIndex (or IndexReader) holding the vectors."""
+        return self._ix
+
+    def _inited(self):
+        if self._ix is None:
+            raise RuntimeError(
+                "The index is not initiated\nhelp: call init_index("
+                "max_elements) or load_index(path) first")
+        return self._ix
+
+    # -- pickling -------------------------------------------------------
+
+    def __getstate__(self):
+        state = {"space": self.space, "dim": self.dim, "ef": self._ef,
+                 "num_threads": self.num_threads, "seed": self._seed,
+                 "inited": self._ix is not None}
+        if self._ix is None:
+            return state
+        state.update(self._meta(), allow_replace_deleted=self._replace,
+                     deleted_labels=list(self._deleted),
+                     deleted_vectors=[v.tobytes()
+                                      for v in self._deleted.values()])
+        ix = self._ix
+        fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
+        os.close(fd)
+        try:
+            if not ix.read_only:
+                ix.flush()
+            ix.backup(tmp)
+            with open(tmp, "rb") as f:
+                state["keel"] = f.read()
+        finally:
+            os.unlink(tmp)
+        return state
+
+    def __setstate__(self, state):
+        self._restore(state)
+
+    def _restore(self, state):
+        self._reset(_space(state["space"]), int(state["dim"]), None)
+        self._ef = int(state["ef"])
+        self.num_threads = int(state["num_threads"])
+        self._seed = int(state.get("seed", 100))
+        if not state.get("inited"):
+            return
+        fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(state["keel"])
+            self._ix = _Backing(tmp, self.dim)
+        finally:
+            os.unlink(tmp)
+        self._m = int(state["M"])
+        self._efc = int(state["ef_construction"])
+        self._max = int(state["max_elements"])
+        self._count = int(state["element_count"])
+        self._cur_l = int(state["cur_l"])
+        self._replace = bool(state["allow_replace_deleted"])
+        self._deleted = {int(l): np.frombuffer(v, np.float32).copy()
+                         for l, v in zip(state["deleted_labels"],
+                                         state["deleted_vectors"])}
+
+    def __repr__(self):
+        return "<keel.hnswlib.Index(space='%s', dim=%d)>" % (self.space,
+                                                             self.dim)
+
+
+def _keel_filter(labels, fn):
+    """keel.Filter of the labels (uint64 array) for which fn(label) is
+    true: hnswlib's filter callable, asked once per label."""
+    from ._allow import Filter
+    keep = [l for l in labels.tolist() if fn(l)]
+    return Filter(np.array(keep, dtype=np.uint64))
+
+
+class BFIndex:
+    """hnswlib.BFIndex: exact search, here in numpy. save_index writes
+    hnswlib's brute-force file format (the real hnswlib reads it)."""
+
+    def __init__(self, space, dim):
+        self.space = _space(space)
+        self.dim = int(dim)
+        self.num_threads = os.cpu_count() or 1
+        self._vectors = None
+
+    def init_index(self, max_elements):
+        if self._vectors is not None:
+            raise RuntimeError("The index is already initiated.")
+        self._alloc(int(max_elements))
+
+    def _alloc(self, max_elements):
+        self._max = max_elements
+        self._vectors = np.zeros((max_elements, self.dim), np.float32)
+        self._labels = np.zeros(max_elements, np.uint64)
+        self._where = {}
+        self._count = 0
+        self._cur_l = 0
+
+    def _inited(self):
+        if self._vectors is None:
+            raise RuntimeError(
+                "The index is not initiated\nhelp: call init_index("
+                "max_elements) or load_index(path) first")
+
+    def add_items(self, data, ids=None):
+        self._inited()
+        x = _rows(data)
+        rows = x.shape[0]
+        if x.shape[1] != self.dim:
+            raise RuntimeError("Wrong dimensionality of the vectors")
+        labels = _labels(ids, rows)
+        if labels is None:
+            labels = np.arange(self._cur_l, self._cur_l + rows,
+                               dtype=np.uint64)
+        if self.space == "cosine":
+            x = _normalized(x)
+        for row, label in enumerate(labels.tolist()):
+            at = self._where.get(label)
+            if at is None:
+                if self._count >= self._max:
+                    raise RuntimeError("The number of elements exceeds the "
+                                       "specified limit\n")
+                at = self._count
+                self._count += 1
+                self._where[label] = at
+                self._labels[at] = label
+            self._vectors[at] = x[row]
+        self._cur_l += rows
+
+    def delete_vector(self, label):
+        self._inited()
+        at = self._where.pop(int(label), None)
+        if at is None:
+            return
+        last = self._count - 1
+        if at != last:
+            moved = int(self._labels[last])
+            self._vectors[at] = self._vectors[last]
+            self._labels[at] = moved
+            self._where[moved] = at
+        self._count = last
+
+    def knn_query(self, data, k=1, num_threads=-1, filter=None):
+        self._inited()
+        x = _rows(data)
+        if x.shape[1] != self.dim:
+            raise RuntimeError("Wrong dimensionality of the vectors")
+        k = int(k)
+        n = self._count
+        vec = self._vectors[:n]
+        lab = self._labels[:n]
+        if filter is not None:
+            keep = np.fromiter((bool(filter(l)) for l in lab.tolist()), bool,
+                               count=n)
+            vec, lab = vec[keep], lab[keep]
+        if k > lab.shape[0]:
+            raise _contiguous_error()
+        out_l = np.zeros((x.shape[0], k), np.uint64)
+        out_d = np.zeros((x.shape[0], k), np.float32)
+        if k == 0:
+            return out_l, out_d
+        v64 = vec.astype(np.float64)
+        vn = np.einsum("ij,ij->i", v64, v64)
+        step = max(1, (1 << 22) // max(1, lab.shape[0]))
+        for i in range(0, x.shape[0], step):
+            q = x[i:i + step].astype(np.float64)
+            dot = q @ v64.T
+            if self.space == "l2":
+                d = np.maximum(np.einsum("ij,ij->i", q, q)[:, None] + vn -
+                               2 * dot, 0)
+            else:       # hnswlib's brute force does not normalize queries
+                d = 1 - dot
+            d = d.astype(np.float32)
+            part = np.argpartition(d, k - 1, axis=1)[:, :k] \
+                if k < d.shape[1] else np.tile(np.arange(d.shape[1]),
+                                               (d.shape[0], 1))
+            pd = np.take_along_axis(d, part, axis=1)
+            order = np.argsort(pd, axis=1, kind="stable")
+            out_l[i:i + step] = lab[np.take_along_axis(part, order, axis=1)]
+            out_d[i:i + step] = np.take_along_axis(pd, order, axis=1)
+        return out_l, out_d
+
+    def set_num_threads(self, num_threads):
+        self.num_threads = int(num_threads)
+
+    def get_max_elements(self):
+        self._inited()
+        return self._max
+
+    def get_current_count(self):
+        self._inited()
+        return self._count
+
+    def save_index(self, path_to_index):
+        self._inited()
+        size = self.dim * 4 + 8
+        buf = np.zeros((self._max, size), np.uint8)
+        buf[:self._count, :self.dim * 4] = \
+            self._vectors[:self._count].view(np.uint8)
+        buf[:self._count, self.dim * 4:] = \
+            self._labels[:self._count, None].view(np.uint8)
+        with open(path_to_index, "wb") as f:
+            f.write(struct.pack("<QQQ", self._max, size, self._count))
+            f.write(buf.tobytes())
+
+    def load_index(self, path_to_index, max_elements=0):
+        if self._vectors is not None:
+            print("Warning: Calling load_index for an already inited index. "
+                  "Old index is being deallocated.", file=sys.stderr)
+        with open(path_to_index, "rb") as f:
+            head = f.read(24)
+            if len(head) != 24:
+                raise RuntimeError("%s is not an hnswlib brute-force index"
+                                   % os.fsdecode(path_to_index))
+            cap, size, count = struct.unpack("<QQQ", head)
+            if size != self.dim * 4 + 8 or count > cap:
+                raise RuntimeError(
+                    "%s holds elements of %d bytes, not %d (vectors of %d "
+                    "dimensions)\nhelp: load it into a BFIndex of its own "
+                    "dimensions" % (os.fsdecode(path_to_index), size,
+                                    self.dim * 4 + 8, self.dim))
+            raw = np.frombuffer(f.read(count * size), np.uint8)
+        if raw.shape[0] != count * size:
+            raise RuntimeError("%s is cut short" % os.fsdecode(path_to_index))
+        raw = raw.reshape(count, size)
+        self._alloc(cap)
+        self._vectors[:count] = raw[:, :self.dim * 4].copy().view(np.float32)
+        self._labels[:count] = raw[:, self.dim * 4:].copy().view(
+            np.uint64).reshape(-1)
+        self._where = {l: i for i, l in
+                       enumerate(self._labels[:count].tolist())}
+        self._count = count
+        self._cur_l = count
+
+    def __repr__(self):
+        return "<keel.hnswlib.BFIndex(space='%s', dim=%d)>" % (self.space,
+                                                               self.dim)
+
+
+def _normalized(x):
+    """hnswlib's normalize_vector: x / (|x| + 1e-30), in float32."""
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float32))
+    return (x * (np.float32(1) / (norm + np.float32(1e-30)))[:, None]) \
+        .astype(np.float32)
+
+
+# -- hnswlib's saved HNSW format (hnswalg.h, saveIndex) ----------------------
+
+_HEADER = struct.Struct("<QQQQQQiIQQQdQ")
+_HEADER_FIELDS = ("offset_level0", "max_elements", "cur_element_count",
+                  "size_data_per_element", "label_offset", "offset_data",
+                  "max_level", "enterpoint_node", "max_m", "max_m0", "m",
+                  "mult", "ef_construction")
+
+
+def read_hnswlib(path):
+    """Reads an hnswlib index file: (header dict, labels uint64 array,
+    vectors float32 array, deleted bool array), in hnswlib's element order.
+    Raises ValueError naming what does not fit the format."""
+    name = os.fsdecode(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    help_ = ("\nhelp: give a file written by hnswlib's Index.save_index "
+             "(hnswlib 0.4 to 0.8)")
+    if len(raw) < _HEADER.size:
+        raise ValueError("%s is %d bytes, shorter than hnswlib's %d-byte "
+                         "header%s" % (name, len(raw), _HEADER.size, help_))
+    h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(raw)))
+    n, per = h["cur_element_count"], h["size_data_per_element"]
+    link0 = 4 + 4 * h["max_m0"]
+    dim4 = h["label_offset"] - h["offset_data"]
+    checks = (("offset_level0", h["offset_level0"] == 0),
+              ("offset_data", h["offset_data"] == link0),
+              ("label_offset", dim4 > 0 and dim4 % 4 == 0),
+              ("size_data_per_element", per == h["label_offset"] + 8),
+              ("cur_element_count", n <= h["max_elements"] and
+               _HEADER.size + n * per <= len(raw)))
+    for field, ok in checks:
+        if not ok:
+            raise ValueError("%s is not an hnswlib index: its %s (%d) does "
+                             "not fit the format%s"
+                             % (name, field, h[field], help_))
+    # The upper levels: one uint32 size and its bytes per element; the
+    # file ends where they do.
+    at = _HEADER.size + n * per
+    unit = h["max_m"] * 4 + 4
+    for i in range(n):
+        if at + 4 > len(raw):
+            raise ValueError("%s is cut short in element %d's link lists%s"
+                             % (name, i, help_))
+        size = struct.unpack_from("<I", raw, at)[0]
+        if unit == 0 or size % unit:
+            raise ValueError("%s: element %d's link lists are %d bytes, not "
+                             "a multiple of %d%s" % (name, i, size, unit,
+                                                     help_))
+        at += 4 + size
+    if at != len(raw):
+        raise ValueError("%s is %d bytes, but hnswlib's format ends at byte "
+                         "%d%s" % (name, len(raw), at, help_))
+    h["dim"] = dim4 // 4
+    elems = np.frombuffer(raw, np.uint8, n * per, _HEADER.size).reshape(n, per)
+    vectors = elems[:, h["offset_data"]:h["label_offset"]].copy().view(
+        np.float32)
+    labels = elems[:, h["label_offset"]:per].copy().view(np.uint64) \
+        .reshape(-1)
+    deleted = (elems[:, 2] & 1).astype(bool)
+    return h, labels, vectors, deleted
+
+
+def convert(hnswlib_file, keel_file, space="l2"):
+    """Reads an index saved by hnswlib's save_index into a new keel file
+    with the same labels and vectors (keel links its own graph). Labels
+    marked deleted stay marked deleted (in keel_file's .hnswlib beside it);
+    max_elements and ef_construction carry over. hnswlib's file does not
+    record its space: give 'ip' or 'cosine' if it is not 'l2'. Returns the
+    Index, open on keel_file."""
+    h, labels, vectors, deleted = read_hnswlib(hnswlib_file)
+    out = os.fsdecode(keel_file)
+    if os.path.exists(out):
+        raise FileExistsError(
+            "%s already exists\nhelp: give a new path for the keel file"
+            % out)
+    index = Index(space, h["dim"], path=out)
+    index.init_index(max_elements=max(h["max_elements"], 1),
+                     M=max(h["m"], 2), ef_construction=h["ef_construction"])
+    live = ~deleted
+    index.add_items(vectors[live], labels[live])
+    for label, vec in zip(labels[deleted].tolist(), vectors[deleted]):
+        index._deleted[label] = vec.copy()
+    index._count = len(labels)
+    index._cur_l = len(labels)
+    index.flush()
+    return index
