@@ -184,5 +184,6 @@ int cmd_publish(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_ids(int argc, char **argv);
 int cmd_backup(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 #endif /* KEEL_CLI_H */

@@ -177,6 +177,20 @@ static const struct command commands[] = {
      "\n"
      "options:\n"
      "  --json                 print the summary as one JSON object\n"},
+    {"import-hnswlib", cmd_import, "make an index from an hnswlib index file",
+     "usage: keel import-hnswlib HNSWLIB_FILE KEEL_FILE [options]\n"
+     "\n"
+     "Reads an index saved by hnswlib's save_index (hnswlib 0.4 to 0.8)\n"
+     "into a new keel index at KEEL_FILE with the same labels (as ids) and\n"
+     "vectors, its M and ef_construction; keel links its own graph.\n"
+     "Elements marked deleted are left out. hnswlib's file does not say\n"
+     "its space: give --metric for ip or cosine. KEEL_FILE must not exist;\n"
+     "a failed import leaves nothing there.\n"
+     "\n"
+     "options:\n"
+     "  --metric l2|ip|cosine  the hnswlib index's space (default l2)\n"
+     "  --threads N            linking threads (default 0: every core)\n"
+     "  --json                 print the summary as one JSON object\n"},
     {"compact", cmd_compact, "rewrite an index without its deleted vectors",
      "usage: keel compact INDEX [--json]\n"
      "\n"
@@ -209,7 +223,7 @@ cli_help(FILE *f, const char *cmd)
               "commands:\n",
               f);
         for (size_t i = 0; i < N_COMMANDS; i++)
-            fprintf(f, "  %-8s  %s\n", commands[i].name, commands[i].summary);
+            fprintf(f, "  %-14s  %s\n", commands[i].name, commands[i].summary);
         fputs("\n"
               "Run 'keel help COMMAND' (or 'keel COMMAND --help') for a\n"
               "command's options; 'man keel' for the details. Every command\n"

@@ -235,18 +235,23 @@ class Index:
                    random_seed=100, allow_replace_deleted=False):
         if self._ix is not None:
             raise RuntimeError("The index is already initiated.")
-        opts = dict(metric=self.space, max_connections=int(M),
-                    ef_construction=int(ef_construction))
-        if self._path is not None:
-            self._ix = VectorIndex(self._path, self.dim, **opts)
-            self._adopt(self._path, int(max_elements))
-        else:
-            self._ix = _Backing(":memory:", self.dim, **opts)
         self._m = int(M)
         self._efc = int(ef_construction)
-        self._max = max(int(max_elements), self._count)
         self._seed = int(random_seed)
         self._replace = bool(allow_replace_deleted)
+        self._max = int(max_elements)
+        opts = dict(metric=self.space, max_connections=self._m,
+                    ef_construction=self._efc)
+        if self._path is not None and os.path.exists(self._path):
+            # An index made before: reopen it with its own M and state.
+            del opts["max_connections"]
+            self._ix = VectorIndex(self._path, self.dim, **opts)
+            self._m = int(self._ix.stats()["max_connections"])
+            self._adopt(self._path, self._max)
+        elif self._path is not None:
+            self._ix = VectorIndex(self._path, self.dim, **opts)
+        else:
+            self._ix = _Backing(":memory:", self.dim, **opts)
 
     def load_index(self, path_to_index, max_elements=0,
                    allow_replace_deleted=False):

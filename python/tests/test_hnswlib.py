@@ -1,0 +1,360 @@
+"""test_hnswlib.py -- keel.hnswlib: hnswlib's Python API on keel.
+
+Side by side with the real hnswlib (Debian's python3-hnswlib, skipped
+without it): the same answers, types, shapes and exceptions; convert() and
+`keel import-hnswlib` of files the real hnswlib saved; keel's extras
+(save_index writes a keel file, load_index of a file keel made, path=);
+recall on GloVe equal to keel.VectorIndex's at the same settings.
+hnswlib's own binding tests run against the module in
+test/hnswlib_tests.sh (make test-hnswlib).
+"""
+
+import os
+import pickle
+import subprocess
+
+import numpy as np
+import pytest
+
+import keel
+import keel.hnswlib as kh
+
+try:
+    import hnswlib as real
+except ImportError:     # python3-hnswlib
+    real = None
+
+need_real = pytest.mark.skipif(real is None,
+                               reason="python3-hnswlib is not installed")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+KEEL = os.environ.get("KEEL", os.path.join(ROOT, "build", "keel"))
+
+
+def data(n=500, dim=16, seed=0):
+    return np.random.default_rng(seed).random((n, dim), dtype=np.float32)
+
+
+def make(mod, space, x, max_elements=None, **kw):
+    p = mod.Index(space=space, dim=x.shape[1])
+    p.init_index(max_elements=max_elements or len(x), ef_construction=200,
+                 M=16, **kw)
+    p.set_ef(200)
+    p.add_items(x)
+    return p
+
+
+@pytest.mark.parametrize("space", ["l2", "ip", "cosine"])
+def test_distances_as_hnswlib(space):
+    x, q = data(), data(20, seed=1)
+    mine = make(kh, space, x)
+    labels, dist = mine.knn_query(q, k=5)
+    assert labels.dtype == np.uint64 and dist.dtype == np.float32
+    assert labels.shape == dist.shape == (20, 5)
+    # hnswlib's distances, recomputed from the stored vectors.
+    v = x.astype(np.float64)
+    qq = q.astype(np.float64)
+    if space == "cosine":
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        qq /= np.linalg.norm(qq, axis=1, keepdims=True)
+    got = v[labels.astype(np.int64)]
+    if space == "l2":
+        want = ((got - qq[:, None, :]) ** 2).sum(-1)
+    else:
+        want = 1 - (got * qq[:, None, :]).sum(-1)
+    np.testing.assert_allclose(dist, want, rtol=1e-5, atol=1e-5)
+    if real is not None:
+        theirs = make(real, space, x)
+        tl, td = theirs.knn_query(q, k=5)
+        assert (tl == labels).mean() > 0.98
+        np.testing.assert_allclose(np.sort(td, 1), np.sort(dist, 1),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def both():
+    return [kh] + ([real] if real is not None else [])
+
+
+def v08(mod):
+    """Whether mod has hnswlib 0.7's additions (return_type, filter,
+    replace_deleted): Debian 12's python3-hnswlib is 0.6.2."""
+    return "replace_deleted" in (mod.Index.add_items.__doc__ or "") or \
+        mod is kh
+
+
+@pytest.mark.parametrize("mod", both(), ids=lambda m: m.__name__)
+def test_semantics(mod):
+    """Each line holds for the real hnswlib and for keel.hnswlib."""
+    x = data(100)
+    p = mod.Index("l2", 16)
+    assert (p.max_elements, p.element_count, p.M, p.ef) == (0, 0, 0, 10)
+    p.init_index(max_elements=100, M=8, ef_construction=50)
+    assert (p.M, p.ef_construction, p.max_elements) == (8, 50, 100)
+    p.add_items(x[:50])                          # labels 0..49
+    p.add_items(x[50:60], np.arange(1000, 1010))
+    p.add_items(x[60:70])                        # cur_l went on: 60..69
+    assert sorted(p.get_ids_list()) == list(range(50)) + \
+        list(range(60, 70)) + list(range(1000, 1010))
+    assert p.get_current_count() == p.element_count == 70
+    # Re-adding a label replaces its vector and takes no slot.
+    p.add_items(x[99], 3)
+    assert np.array_equal(p.get_items([3])[0], x[99])
+    assert p.get_current_count() == 70
+    # get_items: numpy (n, dim) float32, or lists; a scalar is refused.
+    items = p.get_items([1, 2])
+    if v08(mod):
+        assert items.dtype == np.float32 and items.shape == (2, 16)
+        assert isinstance(p.get_items([1], return_type="list")[0], list)
+    with pytest.raises(ValueError):
+        p.get_items(1)
+    with pytest.raises(RuntimeError, match="Label not found"):
+        p.get_items([5000])
+    # Marked deleted: not found, not searched, still listed, still a slot.
+    p.mark_deleted(7)
+    with pytest.raises(RuntimeError, match="Label not found"):
+        p.get_items([7])
+    with pytest.raises(RuntimeError, match="already deleted"):
+        p.mark_deleted(7)
+    assert 7 in p.get_ids_list() and p.get_current_count() == 70
+    labels, _ = p.knn_query(x[7], k=1)
+    assert labels[0, 0] != 7
+    p.unmark_deleted(7)
+    assert p.knn_query(x[7], k=1)[0][0, 0] == 7
+    with pytest.raises(RuntimeError, match="not deleted"):
+        p.unmark_deleted(7)
+    with pytest.raises(RuntimeError, match="Label not found"):
+        p.mark_deleted(5000)
+    # Capacity, and resize_index.
+    with pytest.raises(RuntimeError, match="exceeds the specified limit"):
+        p.add_items(data(31, seed=3))
+    with pytest.raises(RuntimeError, match="Cannot resize"):
+        p.resize_index(69)
+    p.resize_index(101)
+    p.add_items(data(31, seed=3))
+    assert p.get_max_elements() == 101 and p.get_current_count() == 101
+    # k beyond what a search finds, and a wrong dimension.
+    with pytest.raises(RuntimeError, match="contig[ui]*ous 2D array"):
+        p.knn_query(x[0], k=102)
+    with pytest.raises(RuntimeError, match="(?i)wrong dimensionality"):
+        p.add_items(np.zeros((2, 15), np.float32))
+    if v08(mod):
+        with pytest.raises(RuntimeError, match="disabled in constructor"):
+            p.add_items(x[0], 5000, replace_deleted=True)
+    with pytest.raises(RuntimeError,
+                       match="already initiated" if v08(mod) else ""):
+        p.init_index(max_elements=10)
+    with pytest.raises(RuntimeError, match="Space name"):
+        mod.Index("hamming", 4)
+
+
+@pytest.mark.parametrize("mod", [m for m in both() if v08(m)],
+                         ids=lambda m: m.__name__)
+def test_replace_deleted(mod):
+    x = data(40)
+    p = mod.Index("l2", 16)
+    p.init_index(max_elements=20, allow_replace_deleted=True)
+    p.add_items(x[:20])
+    for label in range(5):
+        p.mark_deleted(label)
+    with pytest.raises(RuntimeError, match="exceeds the specified limit"):
+        p.add_items(x[20:25], np.arange(100, 105))
+    p.add_items(x[20:25], np.arange(100, 105), replace_deleted=True)
+    assert p.get_current_count() == 20
+    assert sorted(p.get_ids_list()) == list(range(5, 20)) + \
+        list(range(100, 105))
+    assert np.array_equal(p.get_items(np.arange(100, 105)), x[20:25])
+    p.mark_deleted(6)
+    with pytest.raises(RuntimeError, match="Can't use addPoint"):
+        p.add_items(x[0], 6)
+
+
+@pytest.mark.parametrize("space", ["l2", "cosine"])
+def test_pickle_and_copy(space):
+    x = data(300)
+    p = make(kh, space, x, max_elements=400)
+    p.mark_deleted(4)
+    q = pickle.loads(pickle.dumps(p))
+    for other in (q, kh.Index(p)):
+        assert (other.space, other.dim, other.ef, other.max_elements,
+                other.element_count) == (space, 16, 200, 400, 300)
+        np.testing.assert_array_equal(other.knn_query(x, k=3)[0],
+                                      p.knn_query(x, k=3)[0])
+        other.unmark_deleted(4)
+    blank = pickle.loads(pickle.dumps(kh.Index("ip", 8)))
+    assert (blank.space, blank.dim, blank.max_elements) == ("ip", 8, 0)
+
+
+def test_filter():
+    x = data(400)
+    p = make(kh, "l2", x)
+    labels, _ = p.knn_query(x, k=3, filter=lambda label: label % 4 == 1)
+    assert (labels % 4 == 1).all()
+    with pytest.raises(RuntimeError, match="contig[ui]*ous 2D array"):
+        p.knn_query(x[:1], k=3, filter=lambda label: label < 2)
+
+
+def test_bfindex_exact_and_hnswlib_format(tmp_path):
+    x, q = data(300), data(10, seed=2)
+    bf = kh.BFIndex("l2", 16)
+    bf.init_index(max_elements=400)
+    bf.add_items(x, np.arange(300) * 2)
+    bf.delete_vector(2)
+    labels, dist = bf.knn_query(q, k=5)
+    d = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    d[:, 1] = np.inf
+    np.testing.assert_array_equal(labels, np.argsort(d, 1)[:, :5] * 2)
+    np.testing.assert_allclose(dist, np.sort(d, 1)[:, :5], rtol=1e-5)
+    path = str(tmp_path / "bf.bin")
+    bf.save_index(path)
+    if real is not None:      # the real hnswlib reads what BFIndex saved
+        theirs = real.BFIndex("l2", 16)
+        theirs.load_index(path)
+        np.testing.assert_array_equal(theirs.knn_query(q, k=5)[0], labels)
+    again = kh.BFIndex("l2", 16)
+    again.load_index(path)
+    assert again.get_current_count() == 299
+    np.testing.assert_array_equal(again.knn_query(q, k=5)[0], labels)
+
+
+def test_save_index_is_a_keel_file(tmp_path):
+    x = data(200)
+    p = make(kh, "cosine", x, max_elements=500)
+    p.mark_deleted(9)
+    path = tmp_path / "h.keel"
+    p.save_index(str(path))
+    with keel.IndexReader(path) as r:
+        assert r.metric == "cosine" and len(r) == 199 and 9 not in r
+    q = kh.Index("cosine", 16)
+    q.load_index(str(path))
+    assert (q.max_elements, q.element_count) == (500, 200)
+    q.unmark_deleted(9)                 # its vector came from the sidecar
+    assert q.knn_query(x[9], k=1)[0][0, 0] == 9
+    q.add_items(x[:5], np.arange(900, 905))    # the file is not touched
+    with keel.IndexReader(path) as r:
+        assert len(r) == 199
+    # A keel file made without keel.hnswlib: max_elements is its count.
+    plain = tmp_path / "plain.keel"
+    with keel.VectorIndex(plain, 16) as ix:
+        ix.add_batch(x[:50], np.arange(50) + 7)
+    z = kh.Index("l2", 16)
+    z.load_index(str(plain))
+    assert (z.max_elements, z.element_count) == (50, 50)
+    assert sorted(z.get_ids_list()) == list(range(7, 57))
+    z.add_items(x[0])                   # label 50 is there: an update
+    with pytest.raises(RuntimeError, match="exceeds"):
+        z.add_items(x[0], 1000)
+    with pytest.raises(ValueError, match="load it into"):
+        kh.Index("ip", 16).load_index(str(plain))
+
+
+def test_path_is_durable(tmp_path):
+    x = data(100)
+    path = str(tmp_path / "d.keel")
+    p = kh.Index("l2", 16, path=path)
+    p.init_index(max_elements=300)
+    p.add_items(x)
+    p.mark_deleted(3)
+    p.save_index(path)                  # durable in place, no copy
+    with keel.IndexReader(path) as r:   # another handle sees it
+        assert len(r) == 99
+    p.add_items(data(5, seed=4))
+    with pytest.warns(ResourceWarning, match="dropped 5 adds"):
+        p.close()                       # the 5 unsaved adds are dropped
+    q = kh.Index("l2", 16, path=path)
+    q.init_index(max_elements=10)       # reopens; capacity kept
+    assert (q.max_elements, q.element_count) == (300, 100)
+    q.unmark_deleted(3)
+    q.flush()
+    q.close()
+    with keel.IndexReader(path) as r:
+        assert len(r) == 100
+
+
+def hnswlib_file(tmp_path, space="l2", deleted=(5, 6)):
+    x = data(300)
+    p = real.Index(space, 16)
+    p.init_index(max_elements=1000, M=12, ef_construction=150)
+    p.add_items(x, np.arange(300) * 3 + 1)
+    for label in deleted:
+        p.mark_deleted(label * 3 + 1)
+    path = str(tmp_path / ("h-%s.bin" % space))
+    p.save_index(path)
+    return path, x
+
+
+@need_real
+@pytest.mark.parametrize("space", ["l2", "cosine"])
+def test_convert(tmp_path, space):
+    src, x = hnswlib_file(tmp_path, space)
+    out = str(tmp_path / "c.keel")
+    kh.convert(src, out, space=space).close()
+    with keel.IndexReader(out) as r:
+        assert r.metric == space and len(r) == 298
+        ids = r.ids()
+        np.testing.assert_array_equal(ids, np.delete(np.arange(300) * 3 + 1,
+                                                     [5, 6]))
+        want = x if space == "l2" else \
+            x / np.linalg.norm(x, axis=1, keepdims=True)
+        np.testing.assert_allclose(r.get(ids), want[(ids - 1) // 3],
+                                   rtol=1e-6)
+    q = kh.Index(space, 16)
+    q.load_index(out)
+    assert (q.max_elements, q.element_count, q.ef_construction) == \
+        (1000, 300, 150)
+    q.unmark_deleted(16)
+    assert q.knn_query(x[5], k=1)[0][0, 0] == 16
+    with pytest.raises(FileExistsError):
+        kh.convert(src, out)
+
+
+@need_real
+def test_cli_import(tmp_path):
+    if not os.path.exists(KEEL):
+        pytest.skip("%s is not built (make)" % KEEL)
+    src, x = hnswlib_file(tmp_path)
+    out = str(tmp_path / "cli.keel")
+    run = subprocess.run([KEEL, "import-hnswlib", src, out, "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert '"vectors": 298' in run.stdout
+    assert '"skipped_deleted": 2' in run.stdout
+    with keel.IndexReader(out) as r:
+        assert len(r) == 298 and 16 not in r and 19 not in r and 22 in r
+        np.testing.assert_array_equal(r.get(22), x[7])
+    again = subprocess.run([KEEL, "import-hnswlib", src, out],
+                           capture_output=True, text=True)
+    assert again.returncode == 1 and "help:" in again.stderr
+    bad = tmp_path / "bad.bin"
+    with open(src, "rb") as f:
+        bad.write_bytes(f.read()[:-3])
+    cut = subprocess.run([KEEL, "import-hnswlib", str(bad),
+                          str(tmp_path / "x.keel")],
+                         capture_output=True, text=True)
+    assert cut.returncode == 1 and "help:" in cut.stderr
+    assert not os.path.exists(tmp_path / "x.keel")
+    with pytest.raises(ValueError, match="hnswlib"):
+        kh.convert(str(bad), str(tmp_path / "y.keel"))
+
+
+def recall_at(found, truth, k):
+    return np.mean([len(set(f[:k].tolist()) & set(t[:k].tolist())) / k
+                    for f, t in zip(found, truth)])
+
+
+def test_glove_recall_equals_vectorindex(tmp_path, glove):
+    """The same recall as keel.VectorIndex at the same settings (M 16,
+    ef_construction 200, ef 64, k 10), against the exact ground truth."""
+    base, queries, gt_l2, _ = glove
+    p = kh.Index("l2", base.shape[1])
+    p.init_index(max_elements=len(base), M=16, ef_construction=200)
+    p.add_items(base)
+    p.set_ef(64)
+    labels, dist = p.knn_query(queries, k=10)
+    mine = recall_at(labels, gt_l2, 10)
+    with keel.VectorIndex(tmp_path / "g.keel", base.shape[1]) as ix:
+        ix.add_batch(base)
+        ids, edist = ix.search_batch(queries, k=10, ef=64)
+    theirs = recall_at(ids, gt_l2, 10)
+    assert mine >= 0.95 and abs(mine - theirs) <= 0.01, (mine, theirs)
+    # Squared: keel.VectorIndex reports Euclidean distances.
+    np.testing.assert_allclose(dist[:, 0], edist[:, 0] ** 2, rtol=1e-5)
