@@ -189,28 +189,29 @@ parse_metric(const char *s, keel_metric *out)
 
 static void
 print_summary(const char *from, const char *to, const struct hnsw_file *f,
-              uint64_t live, uint64_t deleted, keel_metric metric,
-              double seconds, int json)
+              uint64_t live, const keel_options *opt, double seconds,
+              int json)
 {
     char a[32], b[32];
+    uint64_t deleted = f->n - live;
     if (json) {
         printf("{\"hnswlib_file\": ");
         cli_json_string(stdout, from);
         printf(", \"index\": ");
         cli_json_string(stdout, to);
         printf(", \"vectors\": %llu, \"skipped_deleted\": %llu, "
-               "\"dimensions\": %u, \"metric\": \"%s\", \"M\": %llu, "
-               "\"ef_construction\": %llu, \"seconds\": %.3f}\n",
+               "\"dimensions\": %u, \"metric\": \"%s\", \"M\": %u, "
+               "\"ef_construction\": %u, \"seconds\": %.3f}\n",
                (unsigned long long)live, (unsigned long long)deleted, f->dim,
-               cli_metric_name(metric), (unsigned long long)f->m,
-               (unsigned long long)f->ef_construction, seconds);
+               cli_metric_name(opt->metric), opt->max_connections,
+               opt->ef_construction, seconds);
         return;
     }
     printf("imported %s vectors of %u dimensions from %s into %s "
-           "(metric %s, M %llu, ef_construction %llu) in %.2f s\n",
+           "(metric %s, M %u, ef_construction %u) in %.2f s\n",
            cli_commas(live, a, sizeof a), f->dim, from, to,
-           cli_metric_name(metric), (unsigned long long)f->m,
-           (unsigned long long)f->ef_construction, seconds);
+           cli_metric_name(opt->metric), opt->max_connections,
+           opt->ef_construction, seconds);
     if (deleted)
         printf("left out %s elements marked deleted\n",
                cli_commas(deleted, b, sizeof b));
@@ -273,7 +274,8 @@ cmd_import(int argc, char **argv)
         ids[live++] = get_u64(e + f.label_offset);
     }
     opt.max_connections = f.m < 2 ? 2 : f.m > 32767 ? 32767 : (uint32_t)f.m;
-    opt.ef_construction = f.ef_construction > 100000
+    opt.ef_construction = f.ef_construction == 0 ? 200
+                          : f.ef_construction > 100000
                               ? 100000 : (uint32_t)f.ef_construction;
     double start = cli_now();
     int krc = keel_open(to, f.dim, &opt, &idx);
@@ -292,8 +294,8 @@ cmd_import(int argc, char **argv)
         rc = cli_keel_error(krc);
         goto out;
     }
-    print_summary(from, to, &f, live, f.n - live, opt.metric,
-                  cli_now() - start, opts[O_JSON].value != NULL);
+    print_summary(from, to, &f, live, &opt, cli_now() - start,
+                  opts[O_JSON].value != NULL);
 
 out:
     if (idx != NULL) {

@@ -321,6 +321,43 @@ expect 1 "backup into a missing directory" backup "$IDX" "$T/no/such/copy.keel"
 expect 2 "backup without DEST" backup "$IDX"
 ok "backup writes a copy that checks, lists and searches like the index"
 
+# --- import-hnswlib --------------------------------------------------------
+
+# An hnswlib index file as hnswalg.h's saveIndex writes it: 3 vectors of 2
+# dimensions (labels 7, 8, 9; 8 marked deleted), maxM0 2, maxM 1, label 9 on
+# level 1.
+/usr/bin/python3 - "$T/h.bin" <<'PY'
+import struct, sys
+dim, mm0, mm = 2, 2, 1
+off = 4 + 4 * mm0
+lab = off + 4 * dim
+per = lab + 8
+out = struct.pack("<QQQQQQiIQQQdQ", 0, 10, 3, per, lab, off, 1, 2, mm, mm0,
+                  1, 1.0, 40)
+for i, (label, gone) in enumerate(((7, 0), (8, 1), (9, 0))):
+    out += struct.pack("<HBB", 2, gone, 0) + struct.pack("<II", (i + 1) % 3,
+                                                         (i + 2) % 3)
+    out += struct.pack("<ff", i, 2 * i) + struct.pack("<Q", label)
+out += struct.pack("<I", 0) * 2 + struct.pack("<III", 8, 1, 0)
+open(sys.argv[1], "wb").write(out)
+PY
+expect 0 "import-hnswlib" import-hnswlib "$T/h.bin" "$T/h.keel" --json
+grep -q '"vectors": 2, "skipped_deleted": 1, "dimensions": 2' "$T/out" ||
+    fail "import-hnswlib printed $(cat "$T/out")"
+expect 0 "get of the imported labels" get "$T/h.keel" 7 9
+[ "$(cat "$T/out")" = "$(printf '0 0\n2 4')" ] ||
+    fail "the imported vectors are $(cat "$T/out")"
+expect 1 "import of a deleted label" get "$T/h.keel" 8
+expect 1 "import-hnswlib into an existing file" import-hnswlib "$T/h.bin" "$T/h.keel"
+head -c 190 "$T/h.bin" >"$T/hcut.bin"
+expect 1 "import-hnswlib of a cut file" import-hnswlib "$T/hcut.bin" "$T/hcut.keel"
+grep -q 'hnswlib' "$T/err" || fail "the refusal of a cut file does not say what it expected"
+[ ! -e "$T/hcut.keel" ] || fail "a failed import left an index"
+expect 1 "import-hnswlib of a keel file" import-hnswlib "$T/h.keel" "$T/hk.keel"
+expect 2 "import-hnswlib without KEEL_FILE" import-hnswlib "$T/h.bin"
+expect 2 "import-hnswlib --metric hamming" import-hnswlib "$T/h.bin" "$T/hm.keel" --metric hamming
+ok "import-hnswlib: labels and vectors of an hnswlib file, deleted ones left out, bad files refused"
+
 # --- usage errors ----------------------------------------------------------
 
 expect 2 "no command"

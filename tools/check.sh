@@ -50,6 +50,7 @@ PY=${PYTHON:-/usr/bin/python3}
         n=$(basename "$t" .c)
         printf 'tsan/%s\tKEEL_TSAN=1 build/tsan/test/%s\n' "$n" "$n"
     done
+    printf 'hnswlib\tPYTHON=%s KEEL_HNSWLIB_TESTS_REQUIRED=1 sh test/hnswlib_tests.sh\n' "$PY"
     printf 'python\t%s -X dev -W error -m pytest -q python/tests\n' "$PY"
     for s in $(ls test/suite-*.sh 2>/dev/null); do
         n=$(basename "$s" .sh); n=${n#suite-}
