@@ -345,7 +345,7 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
             goto fail;
         }
         char *sql = sqlite3_mprintf(
-            "CREATE TABLE \"%w\".\"%w\"(seq INTEGER PRIMARY KEY, "
+            "CREATE TABLE \"%w\".\"%w\"(seq INTEGER PRIMARY KEY AUTOINCREMENT, "
             "txn INTEGER NOT NULL, id INTEGER NOT NULL, vec BLOB)",
             t->schema, t->log);
         rc = sql ? sqlite3_exec(db, sql, NULL, NULL, err) : SQLITE_NOMEM;

@@ -62,11 +62,12 @@ typedef struct kv_table {
     keel_index *reader;  /* between them (files only), opened when needed */
     int in_txn;          /* between xBegin and xCommit/xRollback */
     int64_t txn;         /* this write transaction's number in the log */
-    int64_t flushed_txn; /* the last transaction this handle committed to
-                            the index file (0: none) */
     int64_t logged;      /* log rows written by this transaction */
-    /* The log as last found to agree with the index file (reads). */
-    int64_t ok_count, ok_min, ok_max;
+    int64_t first_seq, last_seq; /* their seq range (when logged > 0) */
+    /* The log, by its rows' seq range (seq is AUTOINCREMENT, never reused,
+     * so the range names the log's content), as last known to agree with
+     * the index file: after this handle's commit, or a check. */
+    int64_t ok_min, ok_max;
     int ok_valid;
     kv_undo *undo;       /* this transaction's writes, in order */
     size_t nundo, capundo;

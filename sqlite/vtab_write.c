@@ -103,7 +103,8 @@ static int
 prepare(kv_table *t, sqlite3 *db, const char *schema, const char *sql_fmt,
         sqlite3_stmt **out)
 {
-    char *sql = sqlite3_mprintf(sql_fmt, schema, t->log);
+    /* The format names the log as %w.%w, once or twice. */
+    char *sql = sqlite3_mprintf(sql_fmt, schema, t->log, schema, t->log);
     if (!sql)
         return SQLITE_NOMEM;
     int rc = sqlite3_prepare_v2(db, sql, -1, out, NULL);
@@ -135,25 +136,29 @@ log_row(kv_table *t, uint64_t id, const float *vec)
     if (rc != SQLITE_DONE)
         return kv_error(t, "%s: writing its change log: %s", t->name,
                         sqlite3_errmsg(t->db));
-    t->logged++;
+    /* (xUpdate's caller sets the connection's last rowid after this.) */
+    t->last_seq = sqlite3_last_insert_rowid(t->db);
+    if (t->logged++ == 0)
+        t->first_seq = t->last_seq;
     return SQLITE_OK;
 }
 
-/* The log's row count and its smallest and largest transaction numbers. */
+/* The log's smallest and largest seq (0 and 0: empty): two lookups of the
+** rowid b-tree's ends, whatever the log holds, so every read can ask. */
 static int
-log_state(kv_table *t, int64_t *count, int64_t *min, int64_t *max)
+log_state(kv_table *t, int64_t *min, int64_t *max)
 {
     int rc;
     if (!t->log_state &&
         (rc = prepare(t, t->db, t->schema,
-                      "SELECT count(*), min(txn), max(txn) FROM \"%w\".\"%w\"",
+                      "SELECT (SELECT min(seq) FROM \"%w\".\"%w\"), "
+                      "(SELECT max(seq) FROM \"%w\".\"%w\")",
                       &t->log_state)))
         return rc;
     rc = sqlite3_step(t->log_state);
     if (rc == SQLITE_ROW) {
-        *count = sqlite3_column_int64(t->log_state, 0);
-        *min = sqlite3_column_int64(t->log_state, 1);
-        *max = sqlite3_column_int64(t->log_state, 2);
+        *min = sqlite3_column_int64(t->log_state, 0);
+        *max = sqlite3_column_int64(t->log_state, 1);
         rc = SQLITE_OK;
     } else
         kv_error(t, "%s: reading its change log: %s", t->name,
@@ -274,11 +279,12 @@ begin_writes(kv_table *t)
     int krc = open_writer(t, WRITER_WAIT_MS, &t->writer);
     if (krc)
         return kv_keel_error(t, krc, "opening the index for writing");
-    int64_t count, min, max, differ;
-    int rc = log_state(t, &count, &min, &max);
-    if (!rc && count && !(min == max && max == t->flushed_txn))
+    int64_t min, max, differ;
+    int rc = log_state(t, &min, &max);
+    int known = t->ok_valid && t->ok_min == min && t->ok_max == max;
+    if (!rc && max && !known)
         rc = reconcile(t, t->db, t->schema, t->writer, 1, &differ);
-    if (!rc && count) {
+    if (!rc && max) {
         char *sql = sqlite3_mprintf("DELETE FROM \"%w\".\"%w\"", t->schema,
                                     t->log);
         rc = sql ? sqlite3_exec(t->db, sql, NULL, NULL, NULL) : SQLITE_NOMEM;
@@ -305,11 +311,9 @@ kv_reader_check(kv_table *t)
 {
     if (!t->path)
         return SQLITE_OK;
-    int64_t count, min, max, differ;
-    int rc = log_state(t, &count, &min, &max);
-    if (rc || count == 0 ||
-        (t->ok_valid && t->ok_count == count && t->ok_min == min &&
-         t->ok_max == max))
+    int64_t min, max, differ;
+    int rc = log_state(t, &min, &max);
+    if (rc || max == 0 || (t->ok_valid && t->ok_min == min && t->ok_max == max))
         return rc;
     if ((rc = reconcile(t, t->db, t->schema, t->reader, 0, &differ)))
         return rc;
@@ -336,7 +340,6 @@ kv_reader_check(kv_table *t)
             return rc;
         keel_refresh(t->reader);
     }
-    t->ok_count = count;
     t->ok_min = min;
     t->ok_max = max;
     t->ok_valid = 1;
@@ -489,9 +492,10 @@ kv_commit(sqlite3_vtab *vt)
         t->ok_valid = 0;
         return kv_keel_error(t, krc, "committing the index");
     }
-    t->flushed_txn = t->txn;
-    t->ok_count = t->logged;
-    t->ok_min = t->ok_max = t->txn;
+    /* The log holds this transaction's rows alone (begin_writes emptied
+     * it), and the file has them. */
+    t->ok_min = t->logged ? t->first_seq : 0;
+    t->ok_max = t->logged ? t->last_seq : 0;
     t->ok_valid = 1;
     return SQLITE_OK;
 }
