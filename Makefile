@@ -8,6 +8,7 @@
 #   make test-objstore   the S3 client against a Ceph RADOS Gateway it starts
 #   make check           test + asan + tsan + python + objstore: what CI runs
 #   make demo            build and search GloVe-100 (340k) with the CLI
+#   make bench-sqlite    keel through SQL against its API and sqlite-vec
 #   make bench-remote    keel by URL from a gateway with 20 ms per request,
 #                        cold and cached, against downloading the file
 #                        (bench/remote.sh, doc/object_storage_bench.md)
@@ -68,7 +69,7 @@ FUZZ_REPLAY  = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all lib cli test test-bins check-bins test-objstore-run asan tsan check install clean deps demo python test-python test-hnswlib crash-long stress-long \
         test-objstore \
-        bench bench-smoke bench-remote fuzz pagein-bench
+        bench bench-smoke bench-remote bench-sqlite fuzz pagein-bench
 
 VERSION = 0.1.0
 SONAME  = libkeel.so.0
@@ -176,9 +177,16 @@ tsan:
 # half; writes doc/benchmarks.md and doc/benchmarks.png). A shorter run:
 #   SETS=gen1m-l2 GEN_N=200000 ROUNDS=1 EFS=16,64,256 OUT=bench/out/x \
 #   DOC=bench/out/x/benchmarks.md make bench
-bench: $(BUILD)/libkeel.a
+bench: $(BUILD)/libkeel.a $(BUILD)/keel_sqlite.so python
 	sh tools/deps.sh bench
 	BUILD=$(BUILD) sh bench/run.sh
+	$(PYTHON) bench/sqlite.py --ext $(abspath $(BUILD))/keel_sqlite.so
+
+# keel through SQL (build/keel_sqlite.so) against keel's API on the same file
+# and sqlite-vec (npm, bench only) on the GloVe slice; about a minute.
+# Writes bench/out/sqlite/report.md (doc/sqlite.md, "Speed").
+bench-sqlite: $(BUILD)/keel_sqlite.so python
+	$(PYTHON) bench/sqlite.py --ext $(abspath $(BUILD))/keel_sqlite.so
 
 # keel reading GloVe-100 (340k) by URL from a Ceph RADOS Gateway it starts,
 # with 20 ms added to every request by build/s3_proxy: cold starts per

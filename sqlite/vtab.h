@@ -69,6 +69,7 @@ typedef struct kv_table {
      * the index file: after this handle's commit, or a check. */
     int64_t ok_min, ok_max;
     int ok_valid;
+    unsigned ok_data_version; /* the pager's data version at that check */
     kv_undo *undo;       /* this transaction's writes, in order */
     size_t nundo, capundo;
     size_t marks[KV_MAX_SAVEPOINTS]; /* nundo at each savepoint */

@@ -42,7 +42,8 @@ typedef struct kv_cursor {
     int knn;            /* rows carry distances */
     int scan;           /* rows are a page of keel_ids; more may follow */
     int scan_more;      /* the last page was full */
-    float *query;       /* dim floats */
+    float *query;       /* dim floats, 64-byte aligned in query_mem */
+    void *query_mem;
 } kv_cursor;
 
 /* --- vectors ------------------------------------------------------------ */
@@ -246,11 +247,16 @@ kv_open_cursor(sqlite3_vtab *vt, sqlite3_vtab_cursor **out)
     if (!c)
         return SQLITE_NOMEM;
     memset(c, 0, sizeof *c);
-    c->query = sqlite3_malloc64((sqlite3_uint64)t->dim * sizeof(float));
-    if (!c->query) {
+    /* Aligned to a cache line: every distance of the search loads the
+     * query, and 8-byte aligned loads straddle lines (measured: 20 to 50 us
+     * more per GloVe search at ef 16 to 128). */
+    c->query_mem = sqlite3_malloc64((sqlite3_uint64)t->dim * sizeof(float) +
+                                    64);
+    if (!c->query_mem) {
         sqlite3_free(c);
         return SQLITE_NOMEM;
     }
+    c->query = (float *)(((uintptr_t)c->query_mem + 63) & ~(uintptr_t)63);
     *out = &c->base;
     return SQLITE_OK;
 }
@@ -260,7 +266,7 @@ kv_close_cursor(sqlite3_vtab_cursor *cur)
 {
     kv_cursor *c = (kv_cursor *)cur;
     sqlite3_free(c->rows);
-    sqlite3_free(c->query);
+    sqlite3_free(c->query_mem);
     sqlite3_free(c);
     return SQLITE_OK;
 }

@@ -311,10 +311,24 @@ kv_reader_check(kv_table *t)
 {
     if (!t->path)
         return SQLITE_OK;
+    /* No commit since the last check (the pager's data version moves with
+     * every commit, this connection's or another's): no statement at all. */
+    unsigned dv = 0;
+    if (t->ok_valid &&
+        sqlite3_file_control(t->db, t->schema, SQLITE_FCNTL_DATA_VERSION,
+                             &dv) == SQLITE_OK && dv == t->ok_data_version)
+        return SQLITE_OK;
     int64_t min, max, differ;
     int rc = log_state(t, &min, &max);
-    if (rc || max == 0 || (t->ok_valid && t->ok_min == min && t->ok_max == max))
+    if (rc)
         return rc;
+    if (max == 0 || (t->ok_valid && t->ok_min == min && t->ok_max == max)) {
+        t->ok_min = min;
+        t->ok_max = max;
+        t->ok_valid = 1;
+        t->ok_data_version = dv;
+        return SQLITE_OK;
+    }
     if ((rc = reconcile(t, t->db, t->schema, t->reader, 0, &differ)))
         return rc;
     if (differ) {
@@ -343,6 +357,7 @@ kv_reader_check(kv_table *t)
     t->ok_min = min;
     t->ok_max = max;
     t->ok_valid = 1;
+    t->ok_data_version = dv;
     return SQLITE_OK;
 }
 
