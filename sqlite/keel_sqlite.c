@@ -273,6 +273,8 @@ table_free(kv_table *t)
 {
     if (!t)
         return;
+    if (t->registered)
+        kv_registry_remove(t);
     kv_undo_clear(t);
     sqlite3_free(t->undo);
     keel_close(t->writer);
@@ -365,6 +367,8 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
     if (rc)
         goto fail;
     sqlite3_free(opt_path);
+    kv_registry_add(t);
+    t->registered = 1;
     *out = &t->base;
     return SQLITE_OK;
 fail:
@@ -699,6 +703,8 @@ sqlite3_keelsqlite_init(sqlite3 *db, char **err,
     if (!rc)
         rc = sqlite3_create_module_v2(db, "keel_search", &keel_search_module,
                                       NULL, NULL);
+    if (!rc)
+        rc = kv_admin_register(db);
     return rc;
 }
 

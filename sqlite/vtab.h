@@ -12,6 +12,7 @@
 **   vtab_write.c   xUpdate, SQLite's transactions and savepoints, the
 **                  change log and the recovery that makes the index file
 **                  agree with the database (doc/sqlite.md, "Durability")
+**   admin.c        keel_stats, keel_check and keel_compact from SQL
 **
 ** A table's handles: a writer (keel_open) only during a write transaction
 ** of its connection (always, for an index in memory), and a reader
@@ -48,7 +49,8 @@ typedef struct kv_undo {
     float *old; /* dim floats, owned; NULL for an add */
 } kv_undo;
 
-typedef struct kv_table {
+typedef struct kv_table kv_table;
+struct kv_table {
     sqlite3_vtab base;
     sqlite3 *db;
     char *schema;        /* the database's name ("main") */
@@ -76,8 +78,10 @@ typedef struct kv_table {
     float *tmp;          /* dim floats of scratch (reads, recovery) */
     float *in;           /* dim floats: the vector being written */
     sqlite3_stmt *log_insert; /* INSERT INTO log(txn, id, vec) */
-    sqlite3_stmt *log_state;  /* SELECT count(*), min(txn), max(txn) */
-} kv_table;
+    sqlite3_stmt *log_state;  /* the log's seq range */
+    kv_table *next;           /* the registry of connected tables (admin.c) */
+    int registered;           /* in the registry */
+};
 
 /* Sets the table's error message (printf-style) and returns SQLITE_ERROR. */
 int kv_error(kv_table *t, const char *fmt, ...);
@@ -116,6 +120,12 @@ int kv_reader_check(kv_table *t);
 
 /* Frees the undo list (after a commit or rollback). */
 void kv_undo_clear(kv_table *t);
+
+/* admin.c: keel_stats, keel_check, keel_compact, and the registry of
+** connected tables they find tables in. */
+int kv_admin_register(sqlite3 *db);
+void kv_registry_add(kv_table *t);
+void kv_registry_remove(kv_table *t);
 
 /* vtab_read.c: the module's query methods. */
 int kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info);
