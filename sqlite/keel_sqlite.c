@@ -366,6 +366,8 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
                                   "k HIDDEN, ef HIDDEN)");
     if (rc)
         goto fail;
+    /* INSERT OR IGNORE / OR REPLACE on a rowid in use (kv_update). */
+    sqlite3_vtab_config(db, SQLITE_VTAB_CONSTRAINT_SUPPORT, 1);
     sqlite3_free(opt_path);
     kv_registry_add(t);
     t->registered = 1;

@@ -435,18 +435,26 @@ kv_update(sqlite3_vtab *vt, int argc, sqlite3_value **argv,
         return kv_error(t, "%s: rowid -1 is reserved by keel\nhelp: use "
                         "another rowid", t->name);
 
-    if (sqlite3_value_type(argv[0]) == SQLITE_NULL) { /* INSERT */
-        if (id != UINT64_MAX && sqlite3_vtab_on_conflict(t->db) == SQLITE_REPLACE
-            && (rc = write_delete(t, id)))
+    int insert = sqlite3_value_type(argv[0]) == SQLITE_NULL;
+    uint64_t old = insert ? 0 : (uint64_t)sqlite3_value_int64(argv[0]);
+    if (!insert && id == UINT64_MAX)
+        id = old;
+    if (id != UINT64_MAX && (insert || id != old) &&
+        keel_get(t->writer, id, t->tmp) == KEEL_OK) {
+        /* The rowid is taken: the statement's ON CONFLICT decides. */
+        int on = sqlite3_vtab_on_conflict(t->db);
+        if (on == SQLITE_IGNORE)
+            return SQLITE_OK;
+        if (on != SQLITE_REPLACE) {
+            kv_error(t, "%s: rowid %lld is already in use\nhelp: UPDATE "
+                     "its embedding, INSERT OR REPLACE to replace it, or "
+                     "choose another rowid", t->name, (long long)id);
+            return SQLITE_CONSTRAINT;
+        }
+        if ((rc = write_delete(t, id)))
             goto undo;
-    } else { /* UPDATE: the old row goes, the new one comes */
-        uint64_t old = (uint64_t)sqlite3_value_int64(argv[0]);
-        if (id == UINT64_MAX)
-            id = old;
-        if (id != old && keel_get(t->writer, id, t->tmp) == KEEL_OK)
-            return kv_error(t, "%s: rowid %lld is already in use\nhelp: "
-                            "delete that row first, or choose another rowid",
-                            t->name, (long long)id);
+    }
+    if (!insert) { /* UPDATE: the old row goes, the new one comes */
         if ((rc = write_delete(t, old)))
             goto undo;
         if (logged && id != old && (rc = log_row(t, old, NULL)))

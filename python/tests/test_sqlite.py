@@ -91,6 +91,12 @@ def test_create_insert_search_update_delete(db):
     conn.execute("INSERT OR REPLACE INTO v(rowid, embedding) "
                  "VALUES (3, '[9, 9, 9]')")
     assert knn(conn, "v", [9, 9, 9], 1) == [(3, 0.0)]
+    # INSERT OR IGNORE keeps the row; a plain INSERT is a constraint error.
+    conn.execute("INSERT OR IGNORE INTO v(rowid, embedding) "
+                 "VALUES (3, '[1, 1, 1]')")
+    assert knn(conn, "v", [9, 9, 9], 1) == [(3, 0.0)]
+    with pytest.raises(sqlite3.IntegrityError, match="already in use"):
+        conn.execute("INSERT INTO v(rowid, embedding) VALUES (3, '[1,1,1]')")
     # Automatic rowids.
     cur = conn.execute("INSERT INTO v(embedding) VALUES ('[7, 7, 7]')")
     assert knn(conn, "v", [7, 7, 7], 1)[0][0] == cur.lastrowid
@@ -535,6 +541,9 @@ def test_bad_input(db, tmp_path):
                  (blob([1, 2, 3]),), "datatype mismatch")
     conn.execute(ins, (blob([1, 2, 3]),))
     expect_error(conn, ins, (blob([1, 2, 3]),), "already in use", "help:")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (5, '[5, 5, 5]')")
+    expect_error(conn, "UPDATE v SET rowid = 1 WHERE rowid = 5", (),
+                 "already in use", "help:")
     q = "SELECT rowid FROM v WHERE embedding MATCH ? AND k = ?"
     expect_error(conn, q, (blob([1, 2]), 3), "MATCH query", "help:")
     expect_error(conn, q, (blob([1, 2, 3]), 0), "k = 0", "help:")
