@@ -96,6 +96,10 @@ int cli_open_error(int rc);
 ** instead of C calls and fields) into out (len bytes). Returns out. */
 const char *cli_speak(const char *msg, char *out, size_t len);
 
+/* Notes whether argv (before any "--") holds --json: then every error
+** below also prints {"error", "help", "exit_status"} on standard output. */
+void cli_json_errors(int argc, char **argv);
+
 /* Prints a message that is already "what\nhelp: ..." (vecfile's). */
 int cli_fail_msg(const char *msg);
 

@@ -348,13 +348,13 @@ int
 cmd_publish(int argc, char **argv)
 {
     static const char *const names[] = {"INDEX", "URL"};
+    cli_opt opts[] = {{"--replace", 0, NULL}, {"--json", 0, NULL}};
     keel_options opt;
     keel_index *idx = NULL;
     char sent[32];
     int npos, rc;
 
-    cli_opt opts[] = {{"--replace", 0, NULL}};
-    rc = cli_parse("publish", argc, argv, opts, 1, &npos);
+    rc = cli_parse("publish", argc, argv, opts, 2, &npos);
     if (rc == CLI_OK)
         rc = cli_want("publish", npos, argv, names, 2, 0);
     if (rc != CLI_OK)
@@ -368,11 +368,19 @@ cmd_publish(int argc, char **argv)
                                .replace = opts[0].value != NULL};
     double start = cli_now();
     int krc = keel_publish(idx, argv[1], &po);
-    if (krc == KEEL_OK)
+    if (krc != KEEL_OK) {
+        rc = cli_keel_error(krc);
+    } else if (opts[1].value != NULL) {
+        fputs("{\"index\": ", stdout);
+        cli_json_string(stdout, argv[0]);
+        fputs(", \"url\": ", stdout);
+        cli_json_string(stdout, argv[1]);
+        printf(", \"seconds\": %.3f, \"uploaded_bytes\": %llu}\n",
+               cli_now() - start, (unsigned long long)up);
+    } else {
         printf("published %s to %s in %.2f s: %s sent\n", argv[0], argv[1],
                cli_now() - start, cli_bytes(up, sent, sizeof sent));
-    else
-        rc = cli_keel_error(krc);
+    }
     return close_index(idx, rc);
 }
 
@@ -398,7 +406,7 @@ cmd_prune(int argc, char **argv)
     double start = cli_now();
     int krc = keel_prune(argv[0], (uint32_t)keep, &po);
     if (krc != KEEL_OK)
-        return cli_keel_error(krc);
+        return cli_open_error(krc); /* nothing published: 3, as info */
     if (opts[1].value) {
         fputs("{\"url\": ", stdout);
         cli_json_string(stdout, argv[0]);

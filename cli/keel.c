@@ -109,7 +109,7 @@ static const struct command commands[] = {
      "options:\n"
      "  --json                 print the result as one JSON object\n"},
     {"publish", cmd_publish, "publish an index to S3-compatible storage",
-     "usage: keel publish INDEX s3://BUCKET/PREFIX [--replace]\n"
+     "usage: keel publish INDEX s3://BUCKET/PREFIX [--replace] [--json]\n"
      "\n"
      "Publishes INDEX's last flush as the next version at the URL: only the\n"
      "pages that changed since the version before are sent. The endpoint and\n"
@@ -119,16 +119,19 @@ static const struct command commands[] = {
      "cache of its pages). A URL that holds another index (other identity,\n"
      "dimensions, metric, precision or codes) is refused, unless --replace:\n"
      "readers of the old index then keep their version.\n"
+     "doc/objstore-guide.md walks through it.\n"
      "\n"
      "options:\n"
-     "  --replace              publish over another index at the URL\n"},
+     "  --replace              publish over another index at the URL\n"
+     "  --json                 print the result as one JSON object\n"},
     {"prune", cmd_prune, "remove old published versions",
      "usage: keel prune s3://BUCKET/PREFIX [--keep N] [--json]\n"
      "\n"
      "Removes the versions published at the URL but the newest N (default\n"
      "2), the objects only they name, and objects of interrupted publishes\n"
      "older than the newest version by an hour. Readers of kept versions are\n"
-     "untouched; a publisher running meanwhile is safe.\n"
+     "untouched; a publisher running meanwhile is safe. Nothing published\n"
+     "at the URL exits 3, as info does.\n"
      "\n"
      "options:\n"
      "  --keep N               versions to keep, at least 1 (default 2)\n"
@@ -226,9 +229,10 @@ cli_help(FILE *f, const char *cmd)
             fprintf(f, "  %-14s  %s\n", commands[i].name, commands[i].summary);
         fputs("\n"
               "Run 'keel help COMMAND' (or 'keel COMMAND --help') for a\n"
-              "command's options; 'man keel' for the details. Every command\n"
-              "takes --json: one JSON object on standard output (messages stay\n"
-              "on standard error).\n"
+              "command's options; 'man keel' for the details (before 'make\n"
+              "install': 'man ./doc/keel.1' in the source tree). Every command\n"
+              "takes --json: one JSON object on standard output, also for an\n"
+              "error (whose message stays on standard error too).\n"
               "\n"
               "exit status:\n"
               "  0  success\n"
@@ -236,7 +240,8 @@ cli_help(FILE *f, const char *cmd)
               "  2  usage error: the command line was wrong\n"
               "  3  no index at INDEX\n"
               "  4  INDEX is corrupt ('keel check' says where)\n"
-              "  5  INDEX is locked: another process is writing it\n",
+              "  5  INDEX is locked: another process is writing it\n"
+              "  130, 143  keel build was interrupted (SIGINT, SIGTERM)\n",
               f);
         return 0;
     }
@@ -249,47 +254,88 @@ cli_help(FILE *f, const char *cmd)
 
 /* --- messages ------------------------------------------------------------ */
 
+/* Set when the command line holds --json: errors then also go to standard
+** output as one JSON object, so a script that reads it gets an answer. */
+static int json_errors;
+
+void
+cli_json_errors(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return;
+        if (strcmp(argv[i], "--json") == 0)
+            json_errors = 1;
+    }
+}
+
+/* Prints "keel[ CMD]: " + text to standard error (text is "what\nhelp:
+** ..."), and with --json {"error", "help", "exit_status"} to standard
+** output. Returns status. */
+static int
+report(const char *cmd, const char *text, int status)
+{
+    size_t n = strlen(text);
+
+    fflush(stdout);
+    fprintf(stderr, "keel%s%s: %s%s", cmd ? " " : "", cmd ? cmd : "", text,
+            n && text[n - 1] == '\n' ? "" : "\n");
+    if (!json_errors)
+        return status;
+    const char *h = strstr(text, "\nhelp: ");
+    size_t wl = h ? (size_t)(h - text) : n;
+    char what[2048], help[2048];
+    snprintf(what, sizeof what, "%.*s", (int)wl, text);
+    snprintf(help, sizeof help, "%s", h ? h + 7 : "");
+    for (char *e = help + strlen(help); e > help && e[-1] == '\n'; )
+        *--e = '\0';
+    fputs("{\"error\": ", stdout);
+    cli_json_string(stdout, what);
+    fputs(", \"help\": ", stdout);
+    cli_json_string(stdout, help);
+    printf(", \"exit_status\": %d}\n", status);
+    fflush(stdout);
+    return status;
+}
+
 int
 cli_usage(const char *cmd, const char *help, const char *fmt, ...)
 {
+    char text[4096], hl[1024];
     va_list ap;
 
-    fflush(stdout);
-    fprintf(stderr, "keel%s%s: ", cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (help != NULL)
-        fprintf(stderr, "\nhelp: %s\n", help);
+        snprintf(hl, sizeof hl, "%s", help);
     else if (cmd != NULL)
-        fprintf(stderr, "\nhelp: run 'keel help %s' for its usage\n", cmd);
+        snprintf(hl, sizeof hl, "run 'keel help %s' for its usage", cmd);
     else
-        fputs("\nhelp: run 'keel --help' for the commands\n", stderr);
-    return CLI_USAGE;
+        snprintf(hl, sizeof hl, "run 'keel --help' for the commands");
+    if (n >= 0 && (size_t)n < sizeof text)
+        snprintf(text + n, sizeof text - (size_t)n, "\nhelp: %s\n", hl);
+    return report(cmd, text, CLI_USAGE);
 }
 
 int
 cli_fail(const char *help, const char *fmt, ...)
 {
+    char text[4096];
     va_list ap;
 
-    fflush(stdout);
-    fputs("keel: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nhelp: %s\n", help);
-    return CLI_FAIL;
+    if (n >= 0 && (size_t)n < sizeof text)
+        snprintf(text + n, sizeof text - (size_t)n, "\nhelp: %s\n", help);
+    return report(NULL, text, CLI_FAIL);
 }
 
 int
 cli_fail_msg(const char *msg)
 {
-    size_t n = strlen(msg);
-
-    fflush(stdout);
-    fprintf(stderr, "keel: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
-    return CLI_FAIL;
+    return report(NULL, msg, CLI_FAIL);
 }
 
 /* Library phrases that speak of the C API, and what the CLI says instead:
@@ -353,23 +399,28 @@ cli_speak(const char *msg, char *out, size_t len)
     return out;
 }
 
+/* keel's message for rc, in the CLI's terms, with the exit status. */
+static int
+keel_error(int rc, int status)
+{
+    const char *msg = keel_errmsg();
+    char spoken[2048], text[2048];
+
+    if (msg == NULL || *msg == '\0') {
+        snprintf(text, sizeof text, "%s (code %d)\nhelp: this is a bug in "
+                 "keel: it failed without a message; please report it",
+                 keel_strerror(rc), rc);
+        return report(NULL, text, status);
+    }
+    return report(NULL, cli_speak(msg, spoken, sizeof spoken), status);
+}
+
 int
 cli_keel_error(int rc)
 {
-    const char *msg = keel_errmsg();
-    char spoken[2048];
-    int status = rc == KEEL_ECORRUPT ? CLI_CORRUPT
-               : rc == KEEL_ELOCKED  ? CLI_LOCKED
-                                     : CLI_FAIL;
-
-    if (msg == NULL || *msg == '\0') {
-        cli_fail("this is a bug in keel: it failed without a message; "
-                 "please report it",
-                 "%s (code %d)", keel_strerror(rc), rc);
-        return status;
-    }
-    cli_fail_msg(cli_speak(msg, spoken, sizeof spoken));
-    return status;
+    return keel_error(rc, rc == KEEL_ECORRUPT ? CLI_CORRUPT
+                          : rc == KEEL_ELOCKED ? CLI_LOCKED
+                                               : CLI_FAIL);
 }
 
 int
@@ -423,9 +474,10 @@ cli_keel_error_at(int rc, size_t first, const char *input)
 int
 cli_open_error(int rc)
 {
-    int status = cli_keel_error(rc);
-
-    return rc == KEEL_ENOTFOUND ? CLI_MISSING : status;
+    return keel_error(rc, rc == KEEL_ENOTFOUND ? CLI_MISSING
+                          : rc == KEEL_ECORRUPT ? CLI_CORRUPT
+                          : rc == KEEL_ELOCKED  ? CLI_LOCKED
+                                                : CLI_FAIL);
 }
 
 /* --- parsing ------------------------------------------------------------- */
@@ -916,6 +968,7 @@ dispatch(int argc, char **argv)
     const char *name;
 
     command_list_help(help, sizeof help);
+    cli_json_errors(argc - 1, argv + 1);
     if (argc < 2)
         return cli_usage(NULL, help, "no command given");
     name = argv[1];

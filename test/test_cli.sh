@@ -931,6 +931,39 @@ for code in 3 4 5; do
 done
 ok "--json on every command prints one JSON object; exit statuses documented"
 
+# keel --help, keel help CMD and the man page agree: every command the help
+# lists is in the man page's synopsis and COMMANDS, and the other way round;
+# every command takes --json (its help and synopsis say so, the parser
+# accepts it); an error under --json prints one JSON object on stdout.
+MAN=$(dirname "$0")/../doc/keel.1
+expect 0 "help" --help
+sed -n '/^commands:/,/^$/s/^  \([a-z-]*\)  .*/\1/p' "$T/out" >"$T/cmds"
+[ "$(wc -l <"$T/cmds")" -ge 10 ] || fail "keel --help lists $(wc -l <"$T/cmds") commands"
+grep -q "man ./doc/keel.1" "$T/out" || fail "keel --help does not say how to read the man page before install"
+sed -n '/^\.SH SYNOPSIS/,/^\.SH DESCRIPTION/p' "$MAN" >"$T/syn.man"
+sed -n 's/^\.B keel \([a-z\\-]*\)$/\1/p' "$T/syn.man" | sed 's/\\-/-/g' |
+    sort -u >"$T/man.cmds"
+sort -u "$T/cmds" | cmp -s - "$T/man.cmds" ||
+    fail "keel --help lists $(sort -u "$T/cmds" | tr '\n' ' ')but the man page's synopsis $(tr '\n' ' ' <"$T/man.cmds")"
+while read -r c; do
+    mc=$(printf '%s' "$c" | sed 's/-/\\-/g')   # the man page writes - as \-
+    MC=$mc awk '/^\.B keel /{on = ($0 == ".B keel " ENVIRON["MC"])} on && /json/{f=1} END{exit !f}' \
+        "$T/syn.man" || fail "the man page's synopsis of keel $c has no --json"
+    grep -qF ".BI \"$mc " "$MAN" || fail "the man page's COMMANDS has no $c"
+    run help "$c"
+    grep -q -- "--json" "$T/out" || fail "keel help $c does not mention --json"
+    run "$c" --json
+    [ "$st" -ne 0 ] || fail "keel $c --json with no arguments succeeded"
+    grep -q "unknown option" "$T/err" && fail "keel $c refuses --json"
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["exit_status"] == int(sys.argv[2]) and d["error"] and d["help"]' \
+        "$T/out" "$st" || fail "keel $c --json printed no JSON error object: $(cat "$T/out")"
+done <"$T/cmds"
+run info "$T/no-such.keel" --json
+[ "$st" -eq 3 ] || fail "info --json of no index exited $st"
+grep -q '"exit_status": 3' "$T/out" || fail "info --json of no index: $(cat "$T/out")"
+grep -q '^help: ' "$T/err" || fail "info --json of no index says nothing on stderr"
+ok "keel --help, keel help and the man page list the same $(wc -l <"$T/cmds") commands; each takes --json; errors under --json are JSON"
+
 # --- ann-benchmarks' HDF5 files (item 13) ---------------------------------
 
 MKHDF5=${KEEL_MKHDF5:-$(dirname "$KEEL")/test/mkhdf5}
