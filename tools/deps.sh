@@ -9,7 +9,7 @@ set -eu
 
 pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev libhdf5-dev
       python3 python3-dev python3-numpy python3-pytest python3-setuptools
-      python3-pip python3-wheel python3-build python3-hnswlib clang
+      python3-pip python3-wheel python3-build python3-hnswlib python3-venv clang
       libclang-rt-14-dev llvm xxd curl pkg-config iproute2 procps
       libsqlite3-dev sqlite3
       radosgw ceph-mon ceph-osd"

@@ -19,7 +19,7 @@ from ._errors import (BY_CODE, CancelledError, CorruptIndexError, DimensionMisma
                       OptionsMismatchError, OutOfMemoryError, ReadOnlyError,
                       VersionError)
 from ._allow import Filter
-from ._index import IndexReader, VectorIndex
+from ._index import IndexReader, UnflushedWarning, VectorIndex
 from ._options import IndexOptions
 
 _keel._setup(BY_CODE, IndexNotFoundError, _coerce)
@@ -33,4 +33,5 @@ __all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Filter", "Error",
            "IdNotFoundError", "NotAnIndexError", "IdInUseError",
            "IndexLockedError", "ReadOnlyError", "CorruptIndexError",
            "IndexFullError", "IndexIOError", "OutOfMemoryError",
-           "VersionError", "CancelledError", "strerror", "prune"]
+           "VersionError", "CancelledError", "UnflushedWarning", "strerror",
+           "prune"]

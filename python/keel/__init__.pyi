@@ -25,6 +25,9 @@ _Codes = Literal["none", "i8", "i4"]
 _Self = TypeVar("_Self", bound="VectorIndex")
 
 def strerror(code: int) -> str: ...
+
+class UnflushedWarning(UserWarning): ...
+
 def prune(url: str, keep: int = ...) -> int: ...
 
 class Filter:

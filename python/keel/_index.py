@@ -7,8 +7,10 @@ opening (with the file's own metric, precision and codes when the caller
 did not name them), the context manager and repr.
 """
 
+import atexit
 import os
 import warnings
+import weakref
 
 from . import _keel
 from ._errors import DimensionMismatchError, OptionsMismatchError
@@ -33,6 +35,26 @@ def _dimensions(value):
             "of the vectors the index will hold, such as 384, 768 or 1536"
             % value)
     return value
+
+
+class UnflushedWarning(UserWarning):
+    """Unflushed adds or deletes were dropped (close(), garbage collection,
+    interpreter exit) or left out (publish()). A UserWarning, so Python
+    shows it by default; turn it into an error with
+    warnings.simplefilter("error", keel.UnflushedWarning)."""
+
+
+# Every open writer, so that interpreter exit can say what it drops.
+_writers = weakref.WeakSet()
+
+
+@atexit.register
+def _exit_drops():
+    for index in list(_writers):
+        adds, deletes = index._dropping()
+        if adds or deletes:
+            _warn_dropped(index.path, adds, deletes, "interpreter exit", 1)
+            _keel.Index.close(index)    # said once; garbage collection is quiet
 
 
 def _is_url(path):
@@ -89,9 +111,11 @@ class VectorIndex(_keel.Index):
 
     Adds and deletes are visible to searches on this handle at once and
     become durable together at flush(). close() does not flush; leaving a
-    ``with`` block without an exception flushes, then closes. Closing (or
-    garbage-collecting) a writer with unflushed adds or deletes drops them
-    and emits a ResourceWarning that counts them.
+    ``with`` block without an exception flushes, then closes. Closing,
+    garbage-collecting or exiting the interpreter with unflushed adds or
+    deletes of a writer drops them and emits a keel.UnflushedWarning (shown
+    by default) that counts them; so does publish() for the changes it
+    leaves out.
 
     An object opens once: calling __init__ again raises.
     """
@@ -108,6 +132,7 @@ class VectorIndex(_keel.Index):
         else:
             _no_cache_options(opts, path, "the writer of")
             self._open_writer(path, dim, opts)
+            _writers.add(self)
         # The handle's options, with the file's own fixed fields.
         st = self.stats()
         self._options = opts.replace()
@@ -185,9 +210,25 @@ class VectorIndex(_keel.Index):
         except Exception:
             return (0, 0)
 
+    def publish(self, url):
+        """Publish the last flush as the next version at
+        's3://BUCKET/PREFIX'; returns the bytes sent. Adds and deletes not
+        flushed are not published: an UnflushedWarning counts them."""
+        adds, deletes = self._dropping()
+        if adds or deletes:
+            what = " and ".join(_plural(n, w) for n, w in
+                                ((adds, "add"), (deletes, "delete")) if n)
+            warnings.warn(
+                "publish() sends the last flush of %s: %s not flushed %s not "
+                "published\nhelp: call flush() before publish() to publish "
+                "them" % (self.path, what,
+                          "is" if adds + deletes == 1 else "are"),
+                UnflushedWarning, stacklevel=2)
+        return super().publish(url)
+
     def close(self):
-        """Close the handle; unflushed adds and deletes are lost (with a
-        ResourceWarning counting them). Calling it again does nothing."""
+        """Close the handle; unflushed adds and deletes are lost (with an
+        UnflushedWarning counting them). Calling it again does nothing."""
         adds, deletes = self._dropping()
         super().close()
         if adds or deletes:
@@ -254,7 +295,7 @@ def _warn_dropped(path, adds, deletes, by, stacklevel):
         "%s dropped %s not flushed to the index at %s\nhelp: call flush() "
         "before closing, or use the index in a with block (which flushes "
         "when it ends without an exception)" % (by, what, path),
-        ResourceWarning, stacklevel=stacklevel + 1)
+        UnflushedWarning, stacklevel=stacklevel + 1)
 
 
 class IndexReader(VectorIndex):

@@ -59,7 +59,7 @@ def test_reopening_while_threads_add_never_reads_past_an_array(tmp_path):
     try:
         time.sleep(0.05)
         with warnings.catch_warnings():       # adds since the flush drop
-            warnings.simplefilter("ignore", ResourceWarning)
+            warnings.simplefilter("ignore", keel.UnflushedWarning)
             index.flush()
             index.close()
         for _ in range(20):
@@ -271,14 +271,14 @@ def test_close_warns_about_dropped_changes(path):
     index.flush()
     index.add_batch(np.ones((3, 2)))
     index.delete(0)
-    with pytest.warns(ResourceWarning, match="dropped 3 adds and 1 delete"):
+    with pytest.warns(keel.UnflushedWarning, match="dropped 3 adds and 1 delete"):
         index.close()
 
 
 def test_garbage_collection_warns_about_dropped_changes(path):
     index = keel.VectorIndex(path, 2)
     index.add([1, 2])
-    with pytest.warns(ResourceWarning, match="garbage collection.*1 add"):
+    with pytest.warns(keel.UnflushedWarning, match="garbage collection.*1 add"):
         del index
         gc.collect()
 
@@ -295,7 +295,70 @@ def test_no_warning_when_nothing_is_dropped(path, recwarn):
     reader = keel.IndexReader(path)
     del reader
     gc.collect()
-    assert not [w for w in recwarn if w.category is ResourceWarning]
+    assert not [w for w in recwarn if w.category is keel.UnflushedWarning]
+
+
+def run_plain(code, tmp_path):
+    """Runs code with /usr/bin/python3 as a user would: no -X dev, no -W,
+    so only the warnings Python shows by default reach stderr."""
+    env = subprocess_env()
+    env.pop("PYTHONWARNINGS", None)
+    env.pop("PYTHONDEVMODE", None)
+    return subprocess.run(["/usr/bin/python3", "-c", textwrap.dedent(code)],
+                          cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_dropped_adds_are_shown_by_default(tmp_path):
+    # close() and interpreter exit, without -X dev: a user sees the count.
+    r = run_plain("""
+        import numpy as np, keel
+        a = keel.VectorIndex("a.keel", 4)
+        a.add_batch(np.ones((5, 4), np.float32))
+        a.close()
+        b = keel.VectorIndex("b.keel", 4)
+        b.add_batch(np.ones((7, 4), np.float32))
+        b.delete(0)
+        """, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "UnflushedWarning: close() dropped 5 adds not flushed to the " \
+        "index at a.keel" in r.stderr, r.stderr
+    assert "interpreter exit dropped 7 adds and 1 delete not flushed to " \
+        "the index at b.keel" in r.stderr, r.stderr
+    assert r.stderr.count("UnflushedWarning") == 2, r.stderr
+    assert "help: call flush()" in r.stderr
+
+
+def test_nothing_dropped_says_nothing(tmp_path):
+    r = run_plain("""
+        import numpy as np, keel
+        a = keel.VectorIndex("a.keel", 4)
+        a.add_batch(np.ones((5, 4), np.float32))
+        a.flush()
+        with keel.VectorIndex("b.keel", 4) as b:
+            b.add([1, 2, 3, 4])
+        """, tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_publish_says_unflushed_adds_are_not_published(path, monkeypatch):
+    # Nothing listens on port 1: the publish itself fails, after the
+    # warning that says what it would have left out.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    index = keel.VectorIndex(path, 2)
+    index.add_batch(np.ones((3, 2), np.float32))
+    with pytest.warns(keel.UnflushedWarning,
+                      match="3 adds not flushed are not published"):
+        with pytest.raises(keel.Error):
+            index.publish("s3://bucket/prefix")
+    index.flush()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", keel.UnflushedWarning)
+        with pytest.raises(keel.Error):     # flushed: no warning
+            index.publish("s3://bucket/prefix")
+    index.close()
 
 
 # --- small rules ---------------------------------------------------------------

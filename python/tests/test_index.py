@@ -101,7 +101,7 @@ def test_delete_flush_and_reopen(path, rng):
     assert 3 not in index.search(v[3], k=20)[0]
     index.flush()
     index.add(v[0])                      # not flushed: lost at close
-    with pytest.warns(ResourceWarning, match="dropped 1 add not flushed"):
+    with pytest.warns(keel.UnflushedWarning, match="dropped 1 add not flushed"):
         index.close()
     index.close()                        # a second close does nothing
     assert index.closed

@@ -14,8 +14,10 @@ from conftest import PYTHON_DIR
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("pip") is None
-    or importlib.util.find_spec("build") is None,
-    reason="needs pip and build (python3-pip, python3-build)")
+    or importlib.util.find_spec("build") is None
+    or importlib.util.find_spec("ensurepip") is None,
+    reason="needs pip, build and venv (python3-pip, python3-build, "
+    "python3-venv)")
 
 SMOKE = textwrap.dedent("""
     import os, sys, numpy as np, keel
@@ -61,9 +63,24 @@ def install_and_import(source, tmp_path, name, env):
     assert out.startswith("ok ")
 
 
+def install_in_venv(tmp_path, env):
+    """doc/python.md's and the README's way from a fresh clone: a venv of
+    /usr/bin/python3 that sees the apt numpy, and pip install ./python."""
+    venv = tmp_path / "env"
+    run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+         str(venv)], env, tmp_path)
+    run([str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation",
+         "./python"], env, os.path.dirname(PYTHON_DIR))
+    work = tmp_path / "venv-work"
+    work.mkdir()
+    out = run([str(venv / "bin" / "python"), "-c", SMOKE, str(venv),
+               str(work)], env, work)
+    assert out.startswith("ok ")
+
+
 def test_pip_install_from_the_repository_and_from_an_sdist(tmp_path):
     env = no_make_env(tmp_path)
-    install_and_import(PYTHON_DIR, tmp_path, "from-repo", env)
+    install_in_venv(tmp_path, env)
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
          "--outdir", str(dist), PYTHON_DIR], env, tmp_path)
