@@ -147,7 +147,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 # The object-store tests against a real server: test/objstore/run.sh starts a
 # single-node Ceph RADOS Gateway on 127.0.0.1 (about 15 s), runs them (the C
 # tests, then the CLI and the Python binding on published indexes), and
-# stops it whatever happens. (`make test` runs the same binaries without a
+# stops it whatever happens. guide.sh then runs doc/objstore-guide.md's
+# commands as written, against a gateway the guide starts (about 60 s). (`make test` runs the same binaries without a
 # server: only their tests that need none.)
 OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote \
                  $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel
@@ -158,7 +159,7 @@ test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
 # The same, with everything already built (tools/check.sh runs this).
 test-objstore-run:
 	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \
-	    test/objstore/cli.sh test/objstore/python.sh
+	    test/objstore/cli.sh test/objstore/python.sh test/objstore/guide.sh
 
 # Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
 fuzz:

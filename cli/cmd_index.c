@@ -414,9 +414,15 @@ cmd_prune(int argc, char **argv)
                (unsigned long long)keep, (unsigned long long)removed,
                cli_now() - start);
     } else {
-        printf("pruned %s in %.2f s: kept the newest %llu versions, removed "
-               "%llu objects\n", argv[0], cli_now() - start,
-               (unsigned long long)keep, (unsigned long long)removed);
+        char kept[48];
+        if (keep == 1)
+            snprintf(kept, sizeof kept, "the newest version");
+        else
+            snprintf(kept, sizeof kept, "the newest %llu versions",
+                     (unsigned long long)keep);
+        printf("pruned %s in %.2f s: kept %s, removed %llu object%s\n",
+               argv[0], cli_now() - start, kept, (unsigned long long)removed,
+               removed == 1 ? "" : "s");
     }
     return CLI_OK;
 }
