@@ -51,6 +51,8 @@ _writers = weakref.WeakSet()
 @atexit.register
 def _exit_drops():
     for index in list(_writers):
+        if not index._warns_on_drop:
+            continue
         adds, deletes = index._dropping()
         if adds or deletes:
             _warn_dropped(index.path, adds, deletes, "interpreter exit", 1)
@@ -210,10 +212,16 @@ class VectorIndex(_keel.Index):
         except Exception:
             return (0, 0)
 
-    def publish(self, url):
+    # Whether dropped changes warn (close, garbage collection, exit); a
+    # subclass whose changes are meant to go sets it False.
+    _warns_on_drop = True
+
+    def publish(self, url, *, replace=False):
         """Publish the last flush as the next version at
-        's3://BUCKET/PREFIX'; returns the bytes sent. Adds and deletes not
-        flushed are not published: an UnflushedWarning counts them."""
+        's3://BUCKET/PREFIX'; returns the bytes sent. Another index at the
+        URL is refused unless replace=True; its readers then keep their
+        version. Adds and deletes not flushed are not published: an
+        UnflushedWarning counts them."""
         adds, deletes = self._dropping()
         if adds or deletes:
             what = " and ".join(_plural(n, w) for n, w in
@@ -224,7 +232,7 @@ class VectorIndex(_keel.Index):
                 "them" % (self.path, what,
                           "is" if adds + deletes == 1 else "are"),
                 UnflushedWarning, stacklevel=2)
-        return super().publish(url)
+        return super().publish(url, replace=replace)
 
     def close(self):
         """Close the handle; unflushed adds and deletes are lost (with an

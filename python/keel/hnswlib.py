@@ -115,6 +115,8 @@ class _Backing(VectorIndex):
     """A keel writer whose unsaved changes are meant to go (an index in
     memory or a private copy of a loaded file): closing it does not warn."""
 
+    _warns_on_drop = False
+
     def close(self):
         _keel.Index.close(self)
 

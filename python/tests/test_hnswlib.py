@@ -258,7 +258,7 @@ def test_path_is_durable(tmp_path):
     with keel.IndexReader(path) as r:   # another handle sees it
         assert len(r) == 99
     p.add_items(data(5, seed=4))
-    with pytest.warns(ResourceWarning, match="dropped 5 adds"):
+    with pytest.warns(keel.UnflushedWarning, match="dropped 5 adds"):
         p.close()                       # the 5 unsaved adds are dropped
     q = kh.Index("l2", 16, path=path)
     q.init_index(max_elements=10)       # reopens; capacity kept

@@ -54,7 +54,7 @@ def test_memory_every_call_and_no_files(tmp_path, monkeypatch, vecs):
     ix.refresh()
     assert ix.stats()["deleted"] == 0 and len(ix) == 101
     assert ids.tolist() == list(range(100))
-    ix.close()                      # no ResourceWarning: -W error
+    ix.close()                      # no UnflushedWarning: -W error
     assert os.listdir(tmp_path) == []
     assert not [n for n in set(os.listdir("/tmp")) - before if "memory" in n]
 
