@@ -531,7 +531,7 @@ ok "a failed build of a new index removes the file it created"
 cat "$BASE" "$BASE" "$BASE" >"$T/b30.fvecs"
 # interrupt SIG STATUS INDEX [build options]: builds INDEX from b30.fvecs on
 # one thread, sends SIG once the build opened INDEX (a new file exists, an
-# existing one is locked) and 0.3 s more, insists on STATUS and
+# existing one has its undo log) and 0.3 s more, insists on STATUS and
 # "interrupted" on stderr.
 interrupt() {
     sig=$1 want=$2 at=$3
@@ -540,14 +540,9 @@ interrupt() {
     pid=$!
     i=0
     if [ -e "$at" ]; then
-        # An existing index: wait until the build holds its writer (a
-        # delete of an id no vector has is refused as locked, not missing).
-        while [ $i -lt 600 ]; do
-            "$KEEL" delete "$at" 18446744073709551614 >/dev/null 2>&1
-            [ $? -eq 5 ] && break
-            sleep 0.05
-            i=$((i + 1))
-        done
+        # An existing index: linking has begun once the undo log exists
+        # (its first entry saves a committed node's lists before a change).
+        while [ ! -e "$at.undo" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
     else
         while [ ! -e "$at" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
     fi
