@@ -213,7 +213,7 @@ $(BUILD)/s3_proxy: bench/s3_proxy.c test/lib/s3proxy.c test/lib/s3proxy.h | $(DE
 	$(CC) $(CFLAGS_ALL) -Itest bench/s3_proxy.c test/lib/s3proxy.c -o $@ $(LDFLAGS_ALL) -lpthread
 
 # The same code on 2,000 vectors of test/data, one round, every engine.
-bench-smoke: $(BUILD)/libkeel.a
+bench-smoke: $(BUILD)/libkeel.a python
 	BUILD=$(BUILD) SMOKE=1 sh bench/run.sh
 
 # Thousands of process kills per variant (the test suite runs 70 each).

@@ -22,6 +22,9 @@
 #   5. cold starts, COLD_ROUNDS rounds alternating engines: the index file
 #      evicted from the page cache (and checked out of it with mincore),
 #      then a fresh process;
+#   5c. bench/hnswlib_api.py: one program on hnswlib's Python API, run on
+#      the real hnswlib and on keel.hnswlib (GloVe 10k; its table is
+#      appended to DOC);
 #   6. bench/report.py: medians, ranges, equal-recall ratios, the markdown
 #      table (DOC) and the recall/QPS plot (PNG, gnuplot).
 # JSON lines accumulate in OUT (build.jsonl, sweep.jsonl, mt.jsonl,
@@ -446,6 +449,22 @@ end=$(date +%s)
 printf '{"kind":"meta","end":%s,"load_end":%s,"seconds":%s}\n' \
     "$end" "$(loadavg)" "$((end - start))" >>"$OUT/meta.jsonl"
 
+# --- 5c. hnswlib's Python API: hnswlib and keel.hnswlib --------------------
+
+# One program written for hnswlib's API, run with `import hnswlib` and with
+# `import keel.hnswlib as hnswlib` on the GloVe 10k slice: build time, QPS
+# at equal recall, and the cost of keel.hnswlib's Python layer.
+say "hnswlib's Python API on hnswlib and on keel.hnswlib (GloVe 10k)"
+rm -f "$OUT/hnswlib_api.jsonl"
+if [ "$SMOKE" = 1 ]; then
+    set -- --efs 16,64 --rounds 1 --min-time 0
+else
+    set -- --rounds "$ROUNDS" --min-time "$MIN_TIME"
+fi
+"$py" "$root/bench/hnswlib_api.py" "$@" --jsonl "$OUT/hnswlib_api.jsonl" \
+    --md "$OUT/hnswlib_api.md" >/dev/null ||
+    die "bench/hnswlib_api.py failed"
+
 # --- 6. report ---------------------------------------------------------------
 
 say "writing $DOC and $PNG"
@@ -453,4 +472,5 @@ check=
 [ "$SMOKE" = 1 ] && check=--check
 "$py" "$root/bench/report.py" --out "$OUT" --doc "$DOC" --png "$PNG" $check ||
     die "bench/report.py failed"
+cat "$OUT/hnswlib_api.md" >>"$DOC"
 say "done in $(($(date +%s) - start)) s"
