@@ -26,16 +26,18 @@ convert() reads hnswlib's saved HNSW format (hnswalg.h, saveIndex) into a
 keel file. doc/python.md lists every difference from hnswlib and why.
 """
 
+import functools
 import json
 import os
 import struct
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
 from . import _keel
-from ._errors import IdNotFoundError
+from ._errors import IdNotFoundError, NotAnIndexError
 from ._index import IndexReader, VectorIndex
 
 __all__ = ["Index", "BFIndex", "convert"]
@@ -127,10 +129,16 @@ class _Backing(VectorIndex):
 def _private_copy(path):
     """A writer on a private copy of the keel file at path (its last flush):
     the copy is unlinked once open, so it goes away with the handle."""
+    try:
+        reader = IndexReader(path)
+    except NotAnIndexError:
+        raise RuntimeError(
+            "%s is not a keel index\nhelp: if hnswlib saved it, convert it "
+            "once with keel.hnswlib.convert(%r, 'index.keel') (or keel "
+            "import-hnswlib) and load that" % (path, path)) from None
     fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
     os.close(fd)
     try:
-        reader = IndexReader(path)
         try:
             reader.backup(tmp)
         finally:
@@ -188,6 +196,16 @@ def _write_sidecar(path, ix, meta, deleted):
     os.replace(tmp, side)
 
 
+def _changes(method):
+    """Runs method holding the index's lock (calls that change it take
+    turns; searches do not wait)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class Index:
     """hnswlib.Index on keel.
 
@@ -230,9 +248,13 @@ class Index:
         self._seed = 100
         self._replace = False    # allow_replace_deleted
         self._deleted = {}       # marked deleted: label -> stored vector
+        # Changes (adds, marks, loads, saves) take turns: the state above
+        # and keel's must move together. Searches do not take it.
+        self._lock = threading.RLock()
 
     # -- creating and loading -------------------------------------------
 
+    @_changes
     def init_index(self, max_elements, M=16, ef_construction=200,
                    random_seed=100, allow_replace_deleted=False):
         if self._ix is not None:
@@ -255,6 +277,7 @@ class Index:
         else:
             self._ix = _Backing(":memory:", self.dim, **opts)
 
+    @_changes
     def load_index(self, path_to_index, max_elements=0,
                    allow_replace_deleted=False):
         path = os.fsdecode(path_to_index)
@@ -322,6 +345,7 @@ class Index:
                 "cur_l": self._cur_l, "ef_construction": self._efc,
                 "M": self._m, "space": self.space}
 
+    @_changes
     def save_index(self, path_to_index):
         ix = self._inited()
         path = os.fsdecode(path_to_index)
@@ -333,6 +357,7 @@ class Index:
         ix.backup(path)
         _write_sidecar(path, ix, self._meta(), self._deleted)
 
+    @_changes
     def flush(self):
         """keel: makes an index opened with path= durable (save_index of
         its own path); on other indexes it does nothing lasting."""
@@ -347,6 +372,7 @@ class Index:
 
     # -- adding ---------------------------------------------------------
 
+    @_changes
     def add_items(self, data, ids=None, num_threads=-1,
                   replace_deleted=False):
         ix = self._inited()
@@ -455,6 +481,7 @@ class Index:
 
     # -- deleting -------------------------------------------------------
 
+    @_changes
     def mark_deleted(self, label):
         ix = self._inited()
         label = int(label)
@@ -468,6 +495,7 @@ class Index:
         ix.delete(label)
         self._deleted[label] = vec
 
+    @_changes
     def unmark_deleted(self, label):
         ix = self._inited()
         label = int(label)
@@ -480,6 +508,7 @@ class Index:
         ix.add(vec, id=label)
         del self._deleted[label]
 
+    @_changes
     def resize_index(self, new_size):
         self._inited()
         if int(new_size) < self._count:

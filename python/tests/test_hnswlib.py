@@ -286,6 +286,8 @@ def hnswlib_file(tmp_path, space="l2", deleted=(5, 6)):
 @pytest.mark.parametrize("space", ["l2", "cosine"])
 def test_convert(tmp_path, space):
     src, x = hnswlib_file(tmp_path, space)
+    with pytest.raises(RuntimeError, match="convert"):
+        kh.Index(space, 16).load_index(src)   # hnswlib's format: convert
     out = str(tmp_path / "c.keel")
     kh.convert(src, out, space=space).close()
     with keel.IndexReader(out) as r:
