@@ -606,7 +606,9 @@ class Index:
         fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
         os.close(fd)
         try:
-            if not ix.read_only:
+            if self._path is not None:
+                self.flush()            # its .hnswlib moves with the file
+            elif not ix.read_only:
                 ix.flush()
             ix.backup(tmp)
             with open(tmp, "rb") as f:
