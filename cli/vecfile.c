@@ -297,10 +297,47 @@ vecfile_format_of(const char *path)
     return VECFILE_UNKNOWN;
 }
 
-/* Reads all of path ("-": standard input) into a malloc'ed buffer. */
+static int is_space(unsigned char ch);
+static int parse_ids_text(const unsigned char *buf, size_t len,
+                          const char *name, uint64_t **ids, size_t *n,
+                          char *err, size_t errlen);
+
+/* What read_path checks in the first 64 kB of standard input. */
+enum prefix { PREFIX_NONE, PREFIX_IVECS, PREFIX_IDS };
+
+/* Whether the first len bytes of standard input already hold an error of
+** the format (a dimension below 1, a line that is not an id): then there is
+** no need to read on, and parsing what was read reports the same error. */
 static int
-read_path(const char *path, unsigned char **bufp, size_t *lenp, char *err,
-          size_t errlen)
+prefix_bad(const unsigned char *b, size_t len, enum prefix kind)
+{
+    if (kind == PREFIX_IVECS)
+        return len >= 4 && rd_i32(b) < 1;
+    if (kind != PREFIX_IDS || len == 0 || b[0] == npy_magic[0])
+        return 0;
+    const unsigned char *nl = b + len;
+    while (nl > b && nl[-1] != '\n')
+        nl--;
+    /* The line cut short: a byte that is neither a digit nor a space makes
+    ** it no id, whatever follows. */
+    for (const unsigned char *q = nl; q < b + len; q++)
+        if (!(*q >= '0' && *q <= '9') && !is_space(*q))
+            return 1;
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    if (nl == b || parse_ids_text(b, (size_t)(nl - b), NULL, &ids, &n, NULL,
+                                  0) == VECFILE_OK) {
+        free(ids);
+        return 0;
+    }
+    return 1;
+}
+
+/* Reads all of path ("-": standard input) into a malloc'ed buffer.
+** Standard input stops early when its first 64 kB already fail as kind. */
+static int
+read_path(const char *path, enum prefix kind, unsigned char **bufp,
+          size_t *lenp, char *err, size_t errlen)
 {
     int from_stdin = !strcmp(path, "-");
     const char *nm = from_stdin ? "standard input" : path;
@@ -351,6 +388,10 @@ read_path(const char *path, unsigned char **bufp, size_t *lenp, char *err,
             cap *= 2;
         }
         got = fread(b + used, 1, cap - used, f);
+        if (from_stdin && used == 0 && prefix_bad(b, got, kind)) {
+            used = got;
+            break;
+        }
         used += got;
         if (got == 0 || used < cap) {
             if (ferror(f)) {
@@ -448,7 +489,7 @@ vecfile_load(const char *path, vecfile *out, char *err, size_t errlen)
     }
     if (!strcmp(path, "-"))
         return load_stdin(out, err, errlen);
-    rc = read_path(path, &buf, &len, err, errlen);
+    rc = read_path(path, PREFIX_NONE, &buf, &len, err, errlen);
     if (rc)
         return rc;
     rc = parse_vectors(buf, len, fmt,
@@ -658,7 +699,7 @@ vecfile_load_ivecs(const char *path, int32_t **rows, size_t *n,
 {
     unsigned char *buf;
     size_t len;
-    int rc = read_path(path, &buf, &len, err, errlen);
+    int rc = read_path(path, PREFIX_IVECS, &buf, &len, err, errlen);
 
     if (rc)
         return rc;
@@ -794,7 +835,7 @@ vecfile_load_ids(const char *path, uint64_t **ids, size_t *n, char *err,
 {
     unsigned char *buf;
     size_t len;
-    int rc = read_path(path, &buf, &len, err, errlen);
+    int rc = read_path(path, PREFIX_IDS, &buf, &len, err, errlen);
 
     if (rc)
         return rc;

@@ -629,7 +629,12 @@ st=0
 [ "$st" -eq 1 ] || fail "search from an endless non-.fvecs stream exited $st, expected 1"
 grep -q 'standard input: row 0 (byte offset 0) gives dimension' "$T/err" ||
     fail "search - does not refuse its first row"
-ok "search - checks the first row before reading on"
+st=0
+(yes | timeout 20 "$KEEL" search "$IDX" "$QUERY" -k 1 --allowed -) >"$T/out" 2>"$T/err" || st=$?
+[ "$st" -eq 1 ] || fail "--allowed - from an endless stream of non-ids exited $st, expected 1"
+grep -q "standard input: line 1: 'y' is not a decimal id" "$T/err" ||
+    fail "--allowed - does not refuse its first line"
+ok "search - and --allowed - check what they read before reading on"
 
 # Standard input feeds one input: a second '-' is refused, not read empty.
 expect 2 "search - --allowed -" search "$IDX" - -k 1 --allowed - <"$QUERY"
