@@ -449,10 +449,12 @@ kv_next(sqlite3_vtab_cursor *cur)
     kv_cursor *c = (kv_cursor *)cur;
     c->i++;
     if (c->i >= c->n && c->scan && c->scan_more) {
+        /* The handle of now: a commit may have closed the writer. */
         kv_table *t = (kv_table *)cur->pVtab;
-        keel_index *h = t->writer ? t->writer : t->reader;
-        if (!h)
-            return SQLITE_OK;
+        keel_index *h;
+        int rc = kv_read_handle(t, &h);
+        if (rc)
+            return rc;
         return scan_page(c, t, h, c->rows[c->n - 1].id);
     }
     return SQLITE_OK;
@@ -478,8 +480,11 @@ kv_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
     }
     if (col != KV_COL_EMBEDDING)
         return SQLITE_OK;
-    keel_index *h = t->writer ? t->writer : t->reader;
-    if (!h || keel_get(h, r->id, t->tmp))
+    keel_index *h;
+    int rc = kv_read_handle(t, &h);
+    if (rc)
+        return rc;
+    if (keel_get(h, r->id, t->tmp))
         return SQLITE_OK; /* gone since: NULL */
     sqlite3_result_blob(ctx, t->tmp, (int)(t->dim * sizeof(float)),
                         SQLITE_TRANSIENT);

@@ -279,6 +279,26 @@ def test_rollback_and_savepoints(db):
     assert conn.execute("SELECT count(*) FROM v_keel_log").fetchone()[0] == 2
 
 
+def test_statement_open_across_commit(db):
+    """A scan begun in a write transaction (on the writer) goes on after
+    the commit closes the writer, through the reader, page after page."""
+    conn = connect(db)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2, M=4, "
+                 "ef_construction=8)")
+    conn.close()
+    conn = connect(db)  # no reader opened yet
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO v(rowid, embedding) VALUES (?, ?)",
+                     ((i, blob([i, -i])) for i in range(1, 5001)))
+    scan = conn.execute("SELECT rowid, embedding FROM v")
+    first = scan.fetchone()
+    conn.execute("COMMIT")
+    rest = scan.fetchall()
+    assert [first[0]] + [r[0] for r in rest] == list(range(1, 5001))
+    assert all(np.frombuffer(r[1], np.float32).tolist() == [r[0], -r[0]]
+               for r in rest)
+
+
 def test_one_index_commit_per_transaction(db):
     """100,000 inserts in BEGIN ... COMMIT commit the index once."""
     conn = connect(db)
