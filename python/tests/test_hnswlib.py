@@ -360,3 +360,25 @@ def test_glove_recall_equals_vectorindex(tmp_path, glove):
     assert mine >= 0.95 and abs(mine - theirs) <= 0.01, (mine, theirs)
     # Squared: keel.VectorIndex reports Euclidean distances.
     np.testing.assert_allclose(dist[:, 0], edist[:, 0] ** 2, rtol=1e-5)
+
+
+def test_load_index_of_a_published_index(tmp_path):
+    """load_index("s3://...") opens a published index read-only (run by
+    make test-objstore, which starts a gateway; skipped without one)."""
+    bucket = os.environ.get("KEEL_TEST_BUCKET")
+    if not bucket:
+        pytest.skip("no object store: make test-objstore starts one")
+    x = data(300)
+    p = make(kh, "l2", x)
+    p.save_index(str(tmp_path / "p.keel"))
+    u = "s3://%s/test-hnswlib/%d/p" % (bucket, os.getpid())
+    with keel.VectorIndex(tmp_path / "p.keel", None) as w:
+        w.publish(u)
+    q = kh.Index("l2", 16)
+    q.load_index(u)
+    q.set_ef(200)
+    assert (q.get_current_count(), q.max_elements) == (300, 300)
+    np.testing.assert_array_equal(q.knn_query(x, k=3)[0],
+                                  p.knn_query(x, k=3)[0])
+    with pytest.raises(keel.ReadOnlyError):
+        q.add_items(x[0], 5)

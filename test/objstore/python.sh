@@ -6,4 +6,5 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../.."
 exec "${PYTHON:-/usr/bin/python3}" -X dev -W error -m pytest -q \
-    python/tests/test_objstore.py
+    python/tests/test_objstore.py \
+    python/tests/test_hnswlib.py::test_load_index_of_a_published_index
