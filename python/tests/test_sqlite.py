@@ -366,7 +366,7 @@ def test_two_connections(db):
 
 CHILD = textwrap.dedent("""
     import random, sqlite3, sys
-    import numpy as np
+    from array import array
     db, ext, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     conn = sqlite3.connect(db, isolation_level=None, timeout=30)
     conn.enable_load_extension(True)
@@ -378,7 +378,7 @@ CHILD = textwrap.dedent("""
         conn.execute("BEGIN")
         for _ in range(rng.randrange(1, 60)):
             op = rng.random()
-            v = np.array([rng.gauss(0, 1) for _ in range(8)], np.float32)
+            v = array("f", [rng.gauss(0, 1) for _ in range(8)])
             if op < 0.7 or n < 5:
                 n += 1
                 conn.execute("INSERT INTO docs(id, vec) VALUES (?, ?)",
@@ -428,7 +428,7 @@ def test_kill_during_commits_then_agree(db):
     with open(script, "w") as f:
         f.write(CHILD)
     rng = random.Random(12)
-    rounds, behind = 12, 0
+    rounds, behind = 20, 0
     for r in range(rounds):
         child = subprocess.Popen([sys.executable, script, db, EXT, str(r)],
                                  stdout=subprocess.PIPE)
