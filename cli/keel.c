@@ -91,6 +91,8 @@ static const struct command commands[] = {
      "                         counts the queries that reached it\n"
      "  --out FILE.tsv         write query, rank, id, distance per result\n"
      "                         (- for standard output)\n"
+     "  --once                 run the queries once (by default they run\n"
+     "                         twice: a first pass, then the steady state)\n"
      "  --json                 print the summary as one JSON object\n"},
     {"info", cmd_info, "print an index's facts",
      "usage: keel info INDEX [--json]\n"
@@ -363,6 +365,14 @@ static const char *const speak_table[][2] = {
     {"opening it as a writer creates the index, a reader needs an existing "
      "one", "keel build creates an index; the other commands need an "
      "existing one"},
+    {"or publish an index there with keel_publish",
+     "or publish an index there with keel publish INDEX URL"},
+    {"open it with keel_open_reader; to change it, open the local file as a "
+     "writer and keel_publish it again",
+     "search it with keel search URL (info and check take it too); to "
+     "change it, change the local file and keel publish it again"},
+    {"(keel publish --replace; keel_publish_options.replace)",
+     "(keel publish --replace)"},
     {"ef is ", "--ef "},
     {"ef_search is ", "--ef "},
     {"ef_construction is ", "--ef-construction "},

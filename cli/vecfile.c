@@ -481,10 +481,23 @@ vecfile_load(const char *path, vecfile *out, char *err, size_t errlen)
                        !path ? "path" : "out");
     if (fmt == VECFILE_UNKNOWN) {
         const char *dot = strrchr(path, '.');
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return vf_fail(err, errlen, VECFILE_EFORMAT,
+                           "%s is a directory, not a file of vectors\nhelp: "
+                           "give a file in it: an .fvecs, .bvecs, .npy or "
+                           "ann-benchmarks .hdf5 file", path);
+        if (dot && !strchr(dot, '/') && strcmp(dot, ".keel") == 0)
+            return vf_fail(err, errlen, VECFILE_EFORMAT,
+                           "%s looks like a keel index, not a file of "
+                           "vectors\nhelp: give it as INDEX, and the vectors "
+                           "as an .fvecs, .bvecs, .npy or ann-benchmarks "
+                           ".hdf5 file", path);
         return vf_fail(err, errlen, VECFILE_EFORMAT,
                        "%s: keel does not know the file type '%s'\nhelp: "
                        "give an .fvecs, .bvecs or .npy file (2-D float32, "
-                       "float16 or uint8), or - for .fvecs on standard input",
+                       "float64, float16 or uint8), an ann-benchmarks .hdf5 "
+                       "(or .h5) file, or - for .fvecs on standard input",
                        path, dot && !strchr(dot, '/') ? dot : "(none)");
     }
     if (!strcmp(path, "-"))

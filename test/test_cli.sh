@@ -157,6 +157,20 @@ at_least "$recall" 0.95 ||
     fail "recall on 4 reader threads is '$recall', expected >= 0.95"
 ok "search --reader --threads 4 --json: recall $recall"
 
+# --once runs the queries once; an empty index says so.
+expect 0 "search --once" search "$IDX" "$QUERY" -k 5 --once --out "$T/once.tsv"
+grep -q '^one pass (--once)' "$T/out" || fail "search --once does not say it ran one pass"
+grep -q '^first QPS' "$T/out" && fail "search --once printed first-pass lines"
+[ "$(wc -l <"$T/once.tsv")" -eq 500 ] || fail "search --once --out wrote $(wc -l <"$T/once.tsv") lines, not 500"
+dd if="$BASE" of="$T/e1.fvecs" bs=404 count=1 2>/dev/null
+expect 0 "build of one vector" build "$T/empty.keel" "$T/e1.fvecs"
+expect 0 "delete of it" delete "$T/empty.keel" 0
+expect 0 "search of an empty index" search "$T/empty.keel" "$QUERY" -k 5 --once
+grep -q '^empty: .*no live vectors' "$T/out" || fail "a search of an empty index does not say it is empty"
+expect 0 "search --json of an empty index" search "$T/empty.keel" "$QUERY" -k 5 --once --json
+grep -q '"live_vectors": 0' "$T/out" || fail "search --json of an empty index: $(cat "$T/out")"
+ok "search --once runs once; a search of an empty index says it is empty"
+
 expect 0 "search --json without truth" search "$IDX" "$QUERY" -k 5 --json
 grep -q '"recall": null' "$T/out" || fail "recall is not null without --truth"
 ok "search --json has recall null without --truth"
@@ -777,12 +791,26 @@ no_c_terms "metric mismatch"
 grep -q 'give --metric l2' "$T/err" || fail "the metric mismatch does not speak of --metric"
 expect 4 "check of the corrupt copy" check "$T/bad.keel"
 no_c_terms "corruption"
+grep -qE '\.c:[0-9]+' "$T/err" && fail "a corruption message names a source line: $(cat "$T/err")"
+# Inputs that are not files of vectors say what they are.
+mkdir -p "$T/vecdir"
+expect 1 "build from a directory" build "$T/d.keel" "$T/vecdir"
+grep -q "vecdir is a directory, not a file of vectors" "$T/err" ||
+    fail "a directory as VECTORS is not named as a directory"
+expect 1 "build from an index" build "$T/d.keel" "$IDX"
+grep -q "looks like a keel index, not a file of vectors" "$T/err" ||
+    fail "an index as VECTORS is not named as an index"
+printf 'x' >"$T/v.txt"
+expect 1 "build from a .txt" build "$T/d.keel" "$T/v.txt"
+grep -q "float64.*\.hdf5" "$T/err" ||
+    fail "the unknown-type help does not list float64 and .hdf5"
+[ ! -e "$T/d.keel" ] || fail "a refused input left an index"
 printf '18446744073709551615\n' >"$T/reserved-id.txt"
 
 dd if="$BASE" of="$T/one.fvecs" bs=404 count=1 2>/dev/null
 expect 1 "build with the reserved id" build "$T/reserved.keel" "$T/one.fvecs" --ids "$T/reserved-id.txt"
 no_c_terms "reserved id"
-ok "library messages reach the CLI in its own terms (options and commands)"
+ok "library messages reach the CLI in its own terms (options and commands), with no source lines; a directory, an index or an unknown type as VECTORS is named"
 
 expect 0 "build --metric angular" build "$T/angular.keel" "$T/three.fvecs" --metric angular
 expect 0 "info of the angular index" info "$T/angular.keel"

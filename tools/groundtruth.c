@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "../cli/vecfile.c"
+#include "../cli/npy.c" /* vecfile.c's .npy grammar */
 
 enum metric { M_L2, M_COSINE, M_IP };
 

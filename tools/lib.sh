@@ -25,6 +25,7 @@ newer() {
 build_groundtruth() {
     if [ ! -x "$gt_bin" ] || newer "$root/tools/groundtruth.c" "$gt_bin" ||
         newer "$root/cli/vecfile.c" "$gt_bin" ||
+        newer "$root/cli/npy.c" "$gt_bin" ||
         newer "$root/cli/vecfile.h" "$gt_bin"; then
         say "building $gt_bin"
         mkdir -p "$(dirname "$gt_bin")"

@@ -143,6 +143,14 @@ static const char *const speak_table[][2] = {
      "open it with keel.IndexReader(path) to search it"},
     {"or KEEL_FILE_OPTIONS to take the file's own",
      "or leave codes out to take the file's own"},
+    {"or publish an index there with keel_publish",
+     "or publish an index there with index.publish(url)"},
+    {"open it with keel_open_reader; to change it, open the local file as a "
+     "writer and keel_publish it again",
+     "open it with keel.IndexReader(url); to change it, open the local file "
+     "with keel.VectorIndex and publish() it again"},
+    {"(keel publish --replace; keel_publish_options.replace)",
+     "(publish(url, replace=True))"},
 };
 
 /* msg rewritten into Python's terms (speak_table) into out (len bytes). */

@@ -42,6 +42,16 @@ grep -q '"removed": [1-9]' prune.json || fail "prune removed nothing: $(cat prun
 "$KEEL" search i.keel v.fvecs -k 5 --out file2.tsv >/dev/null 2>&1 || fail "search the file again"
 "$KEEL" search "$URL" v.fvecs -k 5 --out url2.tsv >/dev/null 2>&1 || fail "search the URL after prune"
 cmp -s file2.tsv url2.tsv || fail "after prune the URL's results differ from the file's"
+# Nothing published: info and prune exit 3, in the CLI's words.
+st=0; "$KEEL" info "s3://$KEEL_TEST_BUCKET/test-cli/$$/nothing" 2>err.txt || st=$?
+[ $st -eq 3 ] || fail "info of a prefix with nothing published exited $st, not 3"
+grep -q "keel publish INDEX URL" err.txt || fail "no 'keel publish' in: $(cat err.txt)"
+grep -q "keel_" err.txt && fail "a C call in: $(cat err.txt)"
+st=0; "$KEEL" prune "s3://$KEEL_TEST_BUCKET/test-cli/$$/nothing" 2>err.txt || st=$?
+[ $st -eq 3 ] || fail "prune of a prefix with nothing published exited $st, not 3"
+"$KEEL" publish i.keel "$URL" --json >pub.json || fail "publish --json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["url"] == sys.argv[2] and d["uploaded_bytes"] >= 0' \
+    pub.json "$URL" || fail "publish --json: $(cat pub.json)"
 "$KEEL" prune "$URL" --keep 0 2>err.txt && fail "prune --keep 0"
 grep -q "help:" err.txt || fail "no help line for --keep 0"
 # Another index over the URL: refused (exit 2, dimensions) with a help
