@@ -140,12 +140,26 @@ fn_stats(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         sqlite3_finalize(st);
         sqlite3_free(sql);
     }
+    /* The path as a JSON string: quotes and backslashes escaped. */
+    const char *path = t->path ? t->path : ":memory:";
+    char *esc = sqlite3_malloc64(2 * strlen(path) + 1);
+    if (!esc) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    char *e = esc;
+    for (const char *c = path; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            *e++ = '\\';
+        *e++ = (unsigned char)*c < 0x20 ? '?' : *c;
+    }
+    *e = 0;
     char *json = sqlite3_mprintf(
-        "{\"path\":%Q,\"dim\":%u,\"metric\":\"%s\",\"precision\":\"%s\","
+        "{\"path\":\"%s\",\"dim\":%u,\"metric\":\"%s\",\"precision\":\"%s\","
         "\"codes\":\"%s\",\"M\":%u,\"count\":%llu,\"deleted\":%llu,"
         "\"next_id\":%llu,\"max_level\":%u,\"file_bytes\":%llu,"
         "\"allocated_bytes\":%llu,\"snapshot\":%llu,\"log_rows\":%lld}",
-        t->path ? t->path : ":memory:", s.dim, metric_name(s.metric),
+        esc, s.dim, metric_name(s.metric),
         s.precision == KEEL_F16 ? "f16" : "f32",
         s.codes == KEEL_CODES_I8 ? "i8" : s.codes == KEEL_CODES_I4 ? "i4"
                                                                 : "none",
@@ -154,14 +168,11 @@ fn_stats(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         s.max_level, (unsigned long long)s.file_bytes,
         (unsigned long long)s.allocated_bytes,
         (unsigned long long)s.snapshot, (long long)log_rows);
+    sqlite3_free(esc);
     if (!json) {
         sqlite3_result_error_nomem(ctx);
         return;
     }
-    /* %Q quotes with '': JSON wants "", and paths rarely hold either. */
-    for (char *c = json; *c; c++)
-        if (*c == '\'')
-            *c = '"';
     sqlite3_result_text(ctx, json, -1, sqlite3_free);
 }
 

@@ -231,6 +231,10 @@ def test_stats_check_compact(db):
     # A connection that has not used the table yet finds it too.
     third = connect(db)
     assert third.execute("SELECT keel_check('v')").fetchone()[0] == "ok"
+    # keel_stats is JSON whatever the table's name holds.
+    conn.execute('CREATE VIRTUAL TABLE "q""t" USING keel(dim=2)')
+    st = json.loads(conn.execute("SELECT keel_stats('q\"t')").fetchone()[0])
+    assert st["path"] == db + '.q"t.keel'
 
 
 # --- transactions ------------------------------------------------------------
