@@ -5,7 +5,8 @@
 ** small file cannot make keel allocate what it only declares:
 **   - the type is an integer or a float (libhdf5 converts it to the type
 **     asked for);
-**   - the storage is in this file (no external files, no virtual sets);
+**   - the set and its storage are in this file (no links to other files,
+**     no external storage, no virtual sets);
 **   - every byte or chunk the shape declares was written: a contiguous set
 **     has its whole extent allocated and inside the file, a chunked set has
 **     every chunk the shape covers, and without filters those chunks fit in
@@ -195,6 +196,16 @@ h5_set(hid_t file, const char *path, const char *set, uint32_t max,
         h5_fail(err, errlen, VECFILE_EFORMAT,
                 "%s has no data set '%s'\nhelp: give an ann-benchmarks file, "
                 "which holds train, test, neighbors and distances", path, set);
+        return -1;
+    }
+    H5L_info_t link;
+    if (H5Lget_info(file, set, &link, H5P_DEFAULT) < 0 ||
+        link.type != H5L_TYPE_HARD) {
+        h5_fail(err, errlen, VECFILE_EFORMAT,
+                "%s: '%s' is a link to %s, not a data set of the file\n"
+                "help: give an ann-benchmarks file, which holds its data "
+                "sets itself", path, set,
+                link.type == H5L_TYPE_EXTERNAL ? "another file" : "elsewhere");
         return -1;
     }
     hid_t ds = H5Dopen2(file, set, H5P_DEFAULT);

@@ -24,6 +24,7 @@
 **   train-unwritten       train declared 10,000,000 x 32, nothing written
 **   train-chunk-missing   train chunked 8 rows a chunk, half the chunks
 **                         written
+**   train-external        train a link to /train of another file
 **   neighbors-float       neighbors stored as float32, one 0.5
 **   neighbors-int64       neighbors stored as int64, one 2**40
 */
@@ -157,6 +158,9 @@ hostile(const char *kind, const char *out)
     if (strcmp(kind, "train-unwritten") == 0) {
         H5Dclose(declare_set(file, "train", H5T_IEEE_F32LE, 10000000, 32,
                              H5P_DEFAULT));
+    } else if (strcmp(kind, "train-external") == 0) {
+        H5Lcreate_external("other.hdf5", "/train", file, "train", H5P_DEFAULT,
+                           H5P_DEFAULT);
     } else if (strcmp(kind, "train-chunk-missing") == 0) {
         hsize_t chunk[2] = {8, D}, start[2] = {0, 0}, count[2] = {NT / 2, D};
         hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);

@@ -1092,6 +1092,7 @@ fi
 grep -q "declared as 10000000 x 32 but none of it was written" "$T/err" ||
     fail "a declared but unwritten train set was not refused as such"
 hostile train-chunk-missing 1 "only 4 of its 8 chunks were written"
+hostile train-external 1 "'train' is a link to another file"
 "$MKHDF5" --hostile neighbors-float "$T/h5small.hdf5" || fail "mkhdf5 --hostile"
 expect 0 "build from a small .hdf5" build "$T/h5small.keel" "$T/h5small.hdf5"
 hostile neighbors-float 1 "holds 0.5 at row 1, column 3, which is no row number" \

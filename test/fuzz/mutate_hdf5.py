@@ -2,11 +2,11 @@
 """mutate_hdf5.py -- a bounded byte-mutation run of the keel CLI's HDF5
 reader (cli/h5file.c), which no libFuzzer target links (it needs libhdf5).
 
-Takes the small files `mkhdf5 --hostile KIND` writes (one valid, the rest
-each with one defect), flips, overwrites or copies 1..16 bytes of one at a
-time, and runs the CLI on the result the three ways it reads HDF5: build
-(train, the distance attribute), search (test) and search --truth
-(neighbors). Run it with a sanitizer build of keel. A run is a finding when
+Takes the small files `mkhdf5 --hostile KIND` writes (each with one
+defect), flips, overwrites or copies 1..16 bytes of one at a time, and runs
+the CLI on the result the ways it reads HDF5: build (train, the distance
+attribute) or search --truth (neighbors), whichever reads the seed's
+defect, and a quarter of the time each of the others (search reads test). Run it with a sanitizer build of keel. A run is a finding when
 the CLI is killed by a signal, a sanitizer reports, it passes the time
 limit, or it fails without a "help:" line; findings are kept in OUT/.
 
@@ -27,7 +27,8 @@ import time
 
 KINDS = ["neighbors-float", "neighbors-int64", "distance-fixed-array",
          "distance-vlen-pair", "distance-fixed-utf8", "distance-escape",
-         "distance-number", "train-unwritten", "train-chunk-missing"]
+         "distance-number", "train-unwritten", "train-chunk-missing",
+         "train-external"]
 
 
 def mutate(data, rng):
@@ -89,9 +90,17 @@ def main():
             mut = os.path.join(work, "m.hdf5")
             with open(mut, "wb") as f:
                 f.write(data)
-            for args in (["build", os.path.join(work, "o.keel"), mut],
-                         ["search", idx, mut, "-k", "5"],
-                         ["search", idx, mut, "-k", "5", "--truth", mut]):
+            # What reads the part the seed's defect is in, and now and
+            # then the other two readers.
+            build = ["build", os.path.join(work, "o.keel"), mut]
+            search = ["search", idx, mut, "-k", "5"]
+            truth = ["search", idx, mut, "-k", "5", "--truth", mut]
+            todo = [truth if kind.startswith("neighbors") else build]
+            if rng.random() < 0.25:
+                todo.append(search)
+            if rng.random() < 0.25:
+                todo.append(build if todo[0] is truth else truth)
+            for args in todo:
                 if os.path.exists(os.path.join(work, "o.keel")):
                     os.unlink(os.path.join(work, "o.keel"))
                 runs += 1
