@@ -27,9 +27,7 @@ keel file. doc/python.md lists every difference from hnswlib and why.
 """
 
 import functools
-import json
 import os
-import struct
 import sys
 import tempfile
 import threading
@@ -38,15 +36,15 @@ import numpy as np
 
 from . import _keel
 from ._errors import IdNotFoundError, NotAnIndexError
+from ._hnswfiles import read_bruteforce, read_hnswlib, read_sidecar, \
+    write_bruteforce, write_sidecar
 from ._index import IndexReader, VectorIndex
 
-__all__ = ["Index", "BFIndex", "convert"]
+__all__ = ["Index", "BFIndex", "convert", "read_hnswlib"]
 
 _SPACES = ("l2", "ip", "cosine")
 _NONE = np.uint64(2**64 - 1)         # keel's padding for a missing result
 _MAX_EF = 100000                     # keel's largest ef
-_SIDECAR = ".hnswlib"
-_SIDECAR_VERSION = 1
 
 
 def _space(space):
@@ -147,53 +145,6 @@ def _private_copy(path):
     finally:
         os.unlink(tmp)
     return ix
-
-
-def _sidecar_path(path):
-    return os.fsdecode(path) + _SIDECAR
-
-
-def _fingerprint(ix):
-    st = ix.stats()
-    return [int(st["dimensions"]), int(st["count"]), int(st["next_id"])]
-
-
-def _read_sidecar(path, ix):
-    """The hnswlib state saved beside the keel file at path, or None if
-    there is none or it belongs to another state of the file."""
-    side = _sidecar_path(path)
-    if not os.path.exists(side):
-        return None
-    with np.load(side, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        labels = z["deleted_labels"].astype(np.uint64)
-        vectors = z["deleted_vectors"].astype(np.float32)
-    if meta.get("version") != _SIDECAR_VERSION or \
-            meta.get("fingerprint") != _fingerprint(ix):
-        import warnings
-        warnings.warn("%s does not match the keel file %s (it was changed "
-                      "since save_index): loading without it, nothing "
-                      "marked deleted\nhelp: save_index() again to write a "
-                      "matching one" % (side, os.fsdecode(path)),
-                      RuntimeWarning, stacklevel=3)
-        return None
-    meta["deleted"] = {int(l): v for l, v in zip(labels, vectors)}
-    return meta
-
-
-def _write_sidecar(path, ix, meta, deleted):
-    side = _sidecar_path(path)
-    labels = np.fromiter(deleted.keys(), dtype=np.uint64, count=len(deleted))
-    vectors = np.array(list(deleted.values()), dtype=np.float32).reshape(
-        len(deleted), -1) if deleted else np.zeros((0, 0), np.float32)
-    meta = dict(meta, version=_SIDECAR_VERSION, fingerprint=_fingerprint(ix))
-    tmp = side + ".tmp"
-    with open(tmp, "wb") as f:
-        np.savez(f, meta=np.array(json.dumps(meta)), deleted_labels=labels,
-                 deleted_vectors=vectors)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, side)
 
 
 def _changes(method):
@@ -321,7 +272,7 @@ class Index:
     def _adopt(self, path, max_elements):
         """Takes the hnswlib state saved beside path (or the defaults)."""
         live = len(self._ix)
-        meta = _read_sidecar(path, self._ix) if path is not None else None
+        meta = read_sidecar(path, self._ix) if path is not None else None
         if meta is None:
             self._deleted = {}
             self._count = live
@@ -351,11 +302,11 @@ class Index:
         path = os.fsdecode(path_to_index)
         ix.flush()
         if self._path is not None:
-            _write_sidecar(self._path, ix, self._meta(), self._deleted)
+            write_sidecar(self._path, ix, self._meta(), self._deleted)
             if os.path.abspath(path) == os.path.abspath(self._path):
                 return
         ix.backup(path)
-        _write_sidecar(path, ix, self._meta(), self._deleted)
+        write_sidecar(path, ix, self._meta(), self._deleted)
 
     @_changes
     def flush(self):
@@ -364,7 +315,7 @@ class Index:
         ix = self._inited()
         ix.flush()
         if self._path is not None:
-            _write_sidecar(self._path, ix, self._meta(), self._deleted)
+            write_sidecar(self._path, ix, self._meta(), self._deleted)
 
     def close(self):
         """keel: releases the index's keel handle (and its file lock)."""
@@ -777,40 +728,19 @@ class BFIndex:
 
     def save_index(self, path_to_index):
         self._inited()
-        size = self.dim * 4 + 8
-        buf = np.zeros((self._max, size), np.uint8)
-        buf[:self._count, :self.dim * 4] = \
-            self._vectors[:self._count].view(np.uint8)
-        buf[:self._count, self.dim * 4:] = \
-            self._labels[:self._count, None].view(np.uint8)
-        with open(path_to_index, "wb") as f:
-            f.write(struct.pack("<QQQ", self._max, size, self._count))
-            f.write(buf.tobytes())
+        write_bruteforce(path_to_index, self._max,
+                         self._labels[:self._count],
+                         self._vectors[:self._count])
 
     def load_index(self, path_to_index, max_elements=0):
         if self._vectors is not None:
             print("Warning: Calling load_index for an already inited index. "
                   "Old index is being deallocated.", file=sys.stderr)
-        with open(path_to_index, "rb") as f:
-            head = f.read(24)
-            if len(head) != 24:
-                raise RuntimeError("%s is not an hnswlib brute-force index"
-                                   % os.fsdecode(path_to_index))
-            cap, size, count = struct.unpack("<QQQ", head)
-            if size != self.dim * 4 + 8 or count > cap:
-                raise RuntimeError(
-                    "%s holds elements of %d bytes, not %d (vectors of %d "
-                    "dimensions)\nhelp: load it into a BFIndex of its own "
-                    "dimensions" % (os.fsdecode(path_to_index), size,
-                                    self.dim * 4 + 8, self.dim))
-            raw = np.frombuffer(f.read(count * size), np.uint8)
-        if raw.shape[0] != count * size:
-            raise RuntimeError("%s is cut short" % os.fsdecode(path_to_index))
-        raw = raw.reshape(count, size)
+        cap, labels, vectors = read_bruteforce(path_to_index, self.dim)
+        count = labels.shape[0]
         self._alloc(cap)
-        self._vectors[:count] = raw[:, :self.dim * 4].copy().view(np.float32)
-        self._labels[:count] = raw[:, self.dim * 4:].copy().view(
-            np.uint64).reshape(-1)
+        self._vectors[:count] = vectors
+        self._labels[:count] = labels
         self._where = {l: i for i, l in
                        enumerate(self._labels[:count].tolist())}
         self._count = count
@@ -826,69 +756,6 @@ def _normalized(x):
     norm = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float32))
     return (x * (np.float32(1) / (norm + np.float32(1e-30)))[:, None]) \
         .astype(np.float32)
-
-
-# -- hnswlib's saved HNSW format (hnswalg.h, saveIndex) ----------------------
-
-_HEADER = struct.Struct("<QQQQQQiIQQQdQ")
-_HEADER_FIELDS = ("offset_level0", "max_elements", "cur_element_count",
-                  "size_data_per_element", "label_offset", "offset_data",
-                  "max_level", "enterpoint_node", "max_m", "max_m0", "m",
-                  "mult", "ef_construction")
-
-
-def read_hnswlib(path):
-    """Reads an hnswlib index file: (header dict, labels uint64 array,
-    vectors float32 array, deleted bool array), in hnswlib's element order.
-    Raises ValueError naming what does not fit the format."""
-    name = os.fsdecode(path)
-    with open(path, "rb") as f:
-        raw = f.read()
-    help_ = ("\nhelp: give a file written by hnswlib's Index.save_index "
-             "(hnswlib 0.4 to 0.8)")
-    if len(raw) < _HEADER.size:
-        raise ValueError("%s is %d bytes, shorter than hnswlib's %d-byte "
-                         "header%s" % (name, len(raw), _HEADER.size, help_))
-    h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(raw)))
-    n, per = h["cur_element_count"], h["size_data_per_element"]
-    link0 = 4 + 4 * h["max_m0"]
-    dim4 = h["label_offset"] - h["offset_data"]
-    checks = (("offset_level0", h["offset_level0"] == 0),
-              ("offset_data", h["offset_data"] == link0),
-              ("label_offset", dim4 > 0 and dim4 % 4 == 0),
-              ("size_data_per_element", per == h["label_offset"] + 8),
-              ("cur_element_count", n <= h["max_elements"] and
-               _HEADER.size + n * per <= len(raw)))
-    for field, ok in checks:
-        if not ok:
-            raise ValueError("%s is not an hnswlib index: its %s (%d) does "
-                             "not fit the format%s"
-                             % (name, field, h[field], help_))
-    # The upper levels: one uint32 size and its bytes per element; the
-    # file ends where they do.
-    at = _HEADER.size + n * per
-    unit = h["max_m"] * 4 + 4
-    for i in range(n):
-        if at + 4 > len(raw):
-            raise ValueError("%s is cut short in element %d's link lists%s"
-                             % (name, i, help_))
-        size = struct.unpack_from("<I", raw, at)[0]
-        if unit == 0 or size % unit:
-            raise ValueError("%s: element %d's link lists are %d bytes, not "
-                             "a multiple of %d%s" % (name, i, size, unit,
-                                                     help_))
-        at += 4 + size
-    if at != len(raw):
-        raise ValueError("%s is %d bytes, but hnswlib's format ends at byte "
-                         "%d%s" % (name, len(raw), at, help_))
-    h["dim"] = dim4 // 4
-    elems = np.frombuffer(raw, np.uint8, n * per, _HEADER.size).reshape(n, per)
-    vectors = elems[:, h["offset_data"]:h["label_offset"]].copy().view(
-        np.float32)
-    labels = elems[:, h["label_offset"]:per].copy().view(np.uint64) \
-        .reshape(-1)
-    deleted = (elems[:, 2] & 1).astype(bool)
-    return h, labels, vectors, deleted
 
 
 def convert(hnswlib_file, keel_file, space="l2"):
