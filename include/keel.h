@@ -410,10 +410,12 @@ int keel_check(keel_index *idx);
 ** AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION (default
 ** us-east-1); buckets are addressed path-style. A request fails with
 ** KEEL_EIO ("timed out") when connecting takes longer than
-** KEEL_S3_CONNECT_TIMEOUT_MS milliseconds (default 5000) or when no byte
-** moves for KEEL_S3_STALL_TIMEOUT_S seconds (default 10); each a whole
-** number from 1 to 86400000, read when a client is made (every publish,
-** every reader opened by URL). */
+** KEEL_S3_CONNECT_TIMEOUT_MS milliseconds (default 5000), when no byte
+** moves for KEEL_S3_STALL_TIMEOUT_S seconds (default 10), or past its
+** deadline: those two plus its bytes at KEEL_S3_MIN_RATE bytes/s (default
+** 32768), however slowly they come; each a whole number from 1 to
+** 86400000, read when a client is made (every publish, every reader opened
+** by URL). */
 typedef struct keel_publish_options {
     uint32_t pack_bytes;   /* most bytes per uploaded object; 0 = 8 MiB */
     uint64_t *uploaded;    /* if not NULL, receives the bytes this publish

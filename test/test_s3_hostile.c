@@ -78,10 +78,12 @@ open_client(void)
     keel_s3_config c = {.endpoint = H.endpoint,
                         .access_key = "hostile",
                         .secret_key = "hostile-secret",
-                        .connect_timeout_ms = 1000,
+                        .connect_timeout_ms = 500,
                         .stall_timeout_s = 2,
                         .max_attempts = 2,
-                        .max_inflight = 4};
+                        .max_inflight = 4,
+                        .list_max_keys = 20000,
+                        .list_max_pages = 50};
     keel_s3 *s3 = NULL;
     if (keel__s3_open(&c, &s3) != KEEL_OK)
         fprintf(stderr, "  keel__s3_open: %s\n", keel_errmsg());
@@ -277,8 +279,6 @@ TEST(a_lost_answer_times_out_at_the_stall_timeout)
     NEED_HOSTILE();
     outcome o = run_case("mode=lost", get_range, 10);
     CHECK_FAULT(o, KEEL_EIO, "timed out", 6);
-    o = run_case("mode=lost", head, 10);
-    CHECK_FAULT(o, KEEL_EIO, "timed out", 6);
     o = run_case("mode=lost", get_ranges, 10);
     CHECK_FAULT(o, KEEL_EIO, "timed out", 6);
 }
@@ -313,6 +313,10 @@ TEST(a_content_length_that_disagrees_with_the_body_fails)
     o = run_case("mode=long-length", get_range, 10);
     CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
     o = run_case("mode=long-length", get_whole, 10);
+    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
+    /* the body stops short and the connection stays open: the deadline
+    ** (0.5 s + 2 s + 4096 bytes at 32 KiB/s) ends it; before it, 7 s */
+    o = run_case("mode=long-length&hold=30", get_range, 10);
     CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
 }
 
@@ -358,6 +362,365 @@ TEST(garbage_and_huge_error_bodies_fail_clearly)
     CHECK_FAULT(o, KEEL_EIO, "400", 5);
     o = run_case("mode=xml-huge&size=2000", get_whole, 10);
     CHECK_FAULT(o, KEEL_EIO, "HostileHuge", 5);
+}
+
+/* --- defect 4: every request has a deadline a trickle cannot stretch ---- */
+
+TEST(a_trickled_answer_fails_at_its_deadline)
+{
+    NEED_HOSTILE();
+    /* 2 bytes/s: a byte every half second keeps the stall timeout (2 s)
+    ** from ever firing; the deadline is 0.5 s + 2 s + the bytes at 32 KiB/s */
+    outcome o = run_case("mode=trickle&rate=2", get_range, 12);
+    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
+    o = run_case("mode=trickle&rate=2", get_whole, 12);
+    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
+    o = run_case("mode=trickle&rate=2", get_ranges, 12);
+    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
+    /* a fast enough trickle is no fault: 64 KiB at 256 KiB/s */
+    o = run_case("mode=trickle&rate=262144", get_whole, 12);
+    CHECK_MSG(o.ran && o.rc == KEEL_OK && o.n == OBJ_LEN, "%s", o.msg);
+}
+
+static int cancel_after_half_a_second(void *arg)
+{
+    return test_now() - *(double *)arg > 0.5;
+}
+
+/* A trickled GET cancelled through the client's stop. */
+static int
+get_range_cancelled(keel_s3 *s3, outcome *o)
+{
+    (void)o;
+    static double t0;
+    static keel_stop stop;
+    t0 = test_now();
+    keel__stop_init(&stop, cancel_after_half_a_second, &t0);
+    keel__s3_set_stop(s3, &stop);
+    int rc = get_range(s3, o);
+    keel__s3_set_stop(s3, NULL);
+    return rc;
+}
+
+TEST(a_stop_ends_a_trickled_request)
+{
+    NEED_HOSTILE();
+    outcome o = run_case("mode=trickle&rate=2", get_range_cancelled, 12);
+    CHECK_FAULT(o, KEEL_ECANCELED, "cancelled", 2.5);
+}
+
+/* --- defect 5: no header value is cut ------------------------------------ */
+
+TEST(a_4000_character_session_token_is_sent_whole)
+{
+    NEED_HOSTILE();
+    static char token[4001], seen[8192];
+    for (int i = 0; i < 4000; i++)
+        token[i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                   "0123456789+/"[(i * 7 + i / 64) % 64];
+    keel_s3_config c = {.endpoint = H.endpoint, .access_key = "hostile",
+                        .secret_key = "hostile-secret",
+                        .session_token = token};
+    keel_s3 *s3 = NULL;
+    CHECK_OK(keel__s3_open(&c, &s3));
+    unsigned char b[16];
+    CHECK_OK(keel__s3_get_range(s3, BUCKET, OBJ, 0, b, sizeof b));
+    long n = hostile_last_header(&H, "x-amz-security-token", seen,
+                                 sizeof seen);
+    CHECK_MSG(n == 4000, "the server saw %ld characters of 4000", n);
+    CHECK(strcmp(seen, token) == 0);
+    /* and every other kind of request carries it whole too */
+    CHECK_OK(keel__s3_put(s3, BUCKET, "obj/token", b, sizeof b, 0, NULL));
+    CHECK_EQ(hostile_last_header(&H, "x-amz-security-token", seen,
+                                 sizeof seen), 4000);
+    keel_s3_entry *e = NULL;
+    size_t ne = 0;
+    CHECK_OK(keel__s3_list(s3, BUCKET, "obj/", &e, &ne));
+    keel__s3_list_free(e, ne);
+    CHECK_EQ(hostile_last_header(&H, "x-amz-security-token", seen,
+                                 sizeof seen), 4000);
+    CHECK_OK(keel__s3_delete(s3, BUCKET, "obj/token"));
+    keel__s3_close(s3);
+}
+
+/* --- defect 6: only documented codes, always with a message ------------- */
+
+static int
+put_plain(keel_s3 *s3, outcome *o)
+{
+    (void)o;
+    return keel__s3_put(s3, BUCKET, "obj/plain", "x", 1, 0, NULL);
+}
+
+static int
+get_if_none_match(keel_s3 *s3, outcome *o)
+{
+    void *data = NULL;
+    size_t len = 0;
+    int rc = keel__s3_get(s3, BUCKET, OBJ, "\"some-other-etag\"", 1u << 20,
+                          &data, &len, NULL);
+    o->n = len;
+    keel__free(data);
+    return rc;
+}
+
+TEST(an_unasked_304_or_412_is_an_error_with_a_message)
+{
+    NEED_HOSTILE();
+    outcome o = run_case("mode=not-modified", get_whole, 10);
+    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
+    o = run_case("mode=not-modified", head, 10);
+    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
+    o = run_case("mode=not-modified", get_range, 10);
+    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
+    o = run_case("mode=not-modified", get_ranges, 10);
+    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
+    o = run_case("mode=precondition", put_plain, 10);
+    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
+    o = run_case("mode=precondition", get_whole, 10);
+    CHECK_FAULT(o, KEEL_EIO, "412", 5);
+    /* a 304 to a GET that asked for one is still the result it was */
+    o = run_case("mode=not-modified", get_if_none_match, 10);
+    CHECK(o.ran);
+    CHECK_EQ(o.rc, KEEL_S3_NOT_MODIFIED);
+    CHECK_EQ(o.again, KEEL_OK);
+}
+
+TEST(a_redirect_is_an_error_that_names_where_to)
+{
+    NEED_HOSTILE();
+    outcome o = run_case("mode=redirect&code=301", get_range, 10);
+    CHECK_FAULT(o, KEEL_EIO, "redirected (301) to http://127.0.0.1:1/", 5);
+    o = run_case("mode=redirect&code=307", head, 10);
+    CHECK_FAULT(o, KEEL_EIO, "redirected (307)", 5);
+}
+
+/* --- defect 3: a listing that does not end fails ------------------------ */
+
+static int
+list_obj(keel_s3 *s3, outcome *o)
+{
+    keel_s3_entry *e = NULL;
+    size_t n = 0;
+    int rc = keel__s3_list(s3, BUCKET, "obj/", &e, &n);
+    o->n = n;
+    for (size_t i = 0; rc == KEEL_OK && i < n; i++)
+        if (strncmp(e[i].key, "obj/", 4) != 0)
+            rc = keel__fail(KEEL_EIO, "WRONG KEY %s listed\nhelp: -",
+                            e[i].key);
+    size_t found = 0;
+    for (size_t i = 0; rc == KEEL_OK && i < n; i++)
+        found += strcmp(e[i].key, OBJ) == 0 && e[i].size == OBJ_LEN;
+    if (rc == KEEL_OK && found != 1)
+        rc = keel__fail(KEEL_EIO, "WRONG LISTING (%zu keys, %zu %s)\n"
+                        "help: -", n, found, OBJ);
+    keel__s3_list_free(e, n);
+    return rc;
+}
+
+TEST(a_listing_that_repeats_or_never_ends_fails)
+{
+    NEED_HOSTILE();
+    outcome o = run_case("mode=list-repeat", list_obj, 12);
+    CHECK_FAULT(o, KEEL_EIO, "nothing was listed", 5);
+    /* new tokens, new keys: the key cap (20000 here) */
+    o = run_case("mode=list-endless", list_obj, 12);
+    CHECK_FAULT(o, KEEL_EIO, "more than 20000 keys", 8);
+    /* new tokens, no keys: the page cap (50 here) */
+    o = run_case("mode=list-endless&keys=0", list_obj, 12);
+    CHECK_FAULT(o, KEEL_EIO, "after 50 answers", 8);
+}
+
+TEST(a_listing_with_keys_outside_the_prefix_fails)
+{
+    NEED_HOSTILE();
+    outcome o = run_case("mode=list-outside", list_obj, 10);
+    CHECK_FAULT(o, KEEL_EIO, "not under the prefix", 5);
+}
+
+/* --- the public calls over the same faults ------------------------------ */
+
+#define API_URL "s3://" BUCKET "/api/idx"
+#define API_DIM 8
+
+/* The local index published in the API cases. */
+static char api_path[600];
+
+/* A small index file, published once as version 1 (in the parent). */
+static int
+api_setup(void)
+{
+    if (api_path[0])
+        return 1;
+    hostile_env(&H);
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "2", 1);
+    setenv("KEEL_S3_CONNECT_TIMEOUT_MS", "500", 1);
+    snprintf(api_path, sizeof api_path, "%s", test_path("api.keel"));
+    keel_index *idx = NULL;
+    if (keel_open(api_path, API_DIM, NULL, &idx) != KEEL_OK)
+        return 0;
+    uint64_t seed = 9;
+    for (int i = 0; i < 300; i++) {
+        float v[API_DIM];
+        for (int d = 0; d < API_DIM; d++)
+            v[d] = (float)(test_rand(&seed) % 1000) / 1000.0f;
+        if (keel_add(idx, v, NULL) != KEEL_OK)
+            return 0;
+    }
+    int rc = keel_flush(idx);
+    if (rc == KEEL_OK)
+        rc = keel_publish(idx, API_URL, NULL);
+    if (rc != KEEL_OK)
+        fprintf(stderr, "  publishing to the hostile server: %s\n",
+                keel_errmsg());
+    keel_close(idx);
+    return rc == KEEL_OK;
+}
+
+/* A documented code: one of keel.h's KEEL_E*. */
+static int
+documented(int rc)
+{
+    return rc >= KEEL_EINVAL && rc <= KEEL_ECANCELED;
+}
+
+static int
+api_open_search(keel_s3 *s3, outcome *o)
+{
+    (void)s3;
+    keel_index *r = NULL;
+    int rc = keel_open_reader(API_URL, NULL, &r);
+    if (rc == KEEL_OK) {
+        float q[API_DIM] = {0.5f};
+        keel_result res[5];
+        size_t n = 0;
+        rc = keel_search(r, q, 5, NULL, res, &n);
+        o->n = n;
+        if (rc == KEEL_OK && n != 5)
+            rc = keel__fail(KEEL_EIO, "WRONG ANSWER: %zu results\nhelp: -",
+                            n);
+        keel_close(r);
+    }
+    return rc;
+}
+
+static int
+api_publish(keel_s3 *s3, outcome *o)
+{
+    (void)s3;
+    (void)o;
+    keel_index *idx = NULL;
+    int rc = keel_open(api_path, API_DIM, NULL, &idx);
+    if (rc == KEEL_OK) {
+        /* a change, so that the publish has pages to send */
+        float v[API_DIM] = {(float)test_now()};
+        if ((rc = keel_add(idx, v, NULL)) == KEEL_OK &&
+            (rc = keel_flush(idx)) == KEEL_OK)
+            rc = keel_publish(idx, API_URL, NULL);
+        keel_close(idx);
+    }
+    return rc;
+}
+
+static int
+api_prune(keel_s3 *s3, outcome *o)
+{
+    (void)s3;
+    (void)o;
+    keel_prune_options po = {.orphan_grace_s = UINT32_MAX};
+    return keel_prune(API_URL, 1, &po);
+}
+
+/* A public call ended by a fault: a documented code (never the client's
+** own -1 or -2), a message with a help line, within limit_s; the call
+** after the fault cleared works. */
+#define CHECK_API_FAULT(o, limit_s)                                         \
+    do {                                                                    \
+        CHECK_MSG(!(o).timed_out, "still running after the watchdog");     \
+        CHECK_MSG(!(o).sig, "the child died of signal %d", (o).sig);       \
+        CHECK((o).ran);                                                     \
+        CHECK_MSG(documented((o).rc), "code %d: %s", (o).rc, (o).msg);     \
+        CHECK_MSG(readable((o).msg), "message: '%s'", (o).msg);            \
+        CHECK_MSG((o).secs < (limit_s), "%.2f s", (o).secs);               \
+        CHECK_MSG((o).again == KEEL_OK, "after the fault: %s",             \
+                  (o).again_msg);                                           \
+    } while (0)
+
+TEST(public_calls_answer_unasked_304_and_412_with_documented_codes)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    outcome o = run_case("mode=not-modified", api_open_search, 20);
+    CHECK_API_FAULT(o, 10);
+    o = run_case("mode=not-modified", api_publish, 20);
+    CHECK_API_FAULT(o, 10);
+    o = run_case("mode=precondition&method=GET", api_open_search, 20);
+    CHECK_API_FAULT(o, 10);
+    o = run_case("mode=precondition&method=HEAD", api_publish, 20);
+    CHECK_API_FAULT(o, 10);
+}
+
+TEST(public_calls_end_within_their_deadlines_under_slow_or_lost_answers)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    outcome o = run_case("mode=trickle&rate=2", api_open_search, 30);
+    CHECK_API_FAULT(o, 15);
+    o = run_case("mode=lost&count=8", api_open_search, 40);
+    CHECK_API_FAULT(o, 25);
+    /* a trickled head (libcurl counts no head bytes as moving, so the
+    ** stall timeout or the deadline ends it, whichever comes first) */
+    o = run_case("mode=trickle&rate=20&head=1&method=PUT&match=*manifest*",
+                 api_publish, 30);
+    CHECK_API_FAULT(o, 15);
+}
+
+TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    long before = hostile_requests(&H);
+    outcome o = run_case("mode=list-repeat", api_prune, 20);
+    CHECK_API_FAULT(o, 10);
+    o = run_case("mode=list-outside", api_prune, 20);
+    CHECK_API_FAULT(o, 10);
+    CHECK_MSG(strstr(o.msg, "not under the prefix"), "%s", o.msg);
+    CHECK(hostile_requests(&H) > before);
+    /* what was published still opens */
+    o = run_case(NULL, api_open_search, 20);
+    CHECK_MSG(o.ran && o.rc == KEEL_OK && o.n == 5, "%s", o.msg);
+}
+
+TEST(the_cli_exits_1_with_a_help_line_on_an_unasked_304)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    const char *b = getenv("BUILD");
+    char cmd[1200], out[4096] = "";
+    snprintf(cmd, sizeof cmd, "%s/keel info %s 2>&1", b && *b ? b : "build",
+             API_URL);
+    for (int fault = 1; fault >= 0; fault--) {
+        hostile_reset(&H, 0);
+        if (fault)
+            CHECK(hostile_rule(&H, "mode=not-modified") == 0);
+        FILE *f = popen(cmd, "r");
+        CHECK(f);
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+        int st = pclose(f);
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        printf("     keel info under %s: exit %d: %.*s\n",
+               fault ? "not-modified" : "no fault", code,
+               (int)strcspn(out, "\n"), out);
+        if (fault) {
+            CHECK_MSG(code == 1, "exit %d: %s", code, out); /* was 254 */
+            CHECK_MSG(strstr(out, "did not ask for it") &&
+                      strstr(out, "help: "), "%s", out);
+        } else {
+            CHECK_MSG(code == 0, "exit %d: %s", code, out);
+        }
+    }
+    hostile_reset(&H, 0);
 }
 
 TEST_MAIN()

@@ -55,6 +55,8 @@ lanes_run(keel_s3 *s3, const char *bucket, size_t n, uint32_t inflight,
     if (!lanes)
         return KEEL_ENOMEM;
     pthread_mutex_lock(&s3->lock);
+    if (!stop)
+        stop = s3->stop;
     for (uint32_t i = 0; i < nl; i++)
         lanes[i].h = s3->lanes[i];
     size_t next = 0, done = 0;
@@ -109,7 +111,7 @@ lanes_run(keel_s3 *s3, const char *bucket, size_t n, uint32_t inflight,
             lane *ln = (lane *)((char *)r - offsetof(lane, r));
             curl_multi_remove_handle(s3->multi, ln->h);
             ln->busy = 0;
-            ln->r.cc = m->data.result;
+            keel__req_ended(&ln->r, m->data.result);
             ln->attempts++;
             ended = 1;
             if (keel__req_retryable(&ln->r) &&

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* --- listing ------------------------------------------------------------- */
 
@@ -116,11 +117,23 @@ iso8601_ms(const char *t, size_t len)
     return ((days * 24 + h) * 60 + mi) * 60000 + (int64_t)sec * 1000 + ms;
 }
 
-/* Adds the <Contents> of one answer to *out; sets token to the next
+/* One listing as it goes: what it has gathered, and what it has seen of
+** the store's answers, to tell a listing that ends from one that does not. */
+typedef struct walk {
+    const char *prefix;
+    size_t plen;
+    keel_s3_entry *out;
+    size_t n, cap;
+    char last[1100];     /* the last key listed, "" before the first */
+    uint64_t *tokens;    /* hashes of the continuation tokens followed */
+    uint32_t ntokens;
+    uint32_t pages;
+} walk;
+
+/* Adds the <Contents> of one answer to w; sets token to the next
 ** continuation token ("" when the listing is complete). */
 static int
-list_parse(const req *r, keel_s3_entry **out, size_t *n, size_t *cap,
-           char *token, size_t token_cap)
+list_parse(keel_s3 *s3, const req *r, walk *w, char *token, size_t token_cap)
 {
     const char *p = (const char *)r->buf, *end = p + r->got;
     size_t len;
@@ -138,36 +151,72 @@ list_parse(const req *r, keel_s3_entry **out, size_t *n, size_t *cap,
         const char *s = xml_field(c, ce, "Size", &sl);
         const char *m = xml_field(c, ce, "LastModified", &ml);
         char key[1100];
-        if (!k || !s || !m || !xml_text(key, sizeof key, k, kl) ||
-            !keel__s3_key_ok(key))
+        if (!k || !xml_text(key, sizeof key, k, kl))
             continue; /* not a key keel writes */
-        if (*n == *cap) {
-            size_t nc = *cap ? 2 * *cap : 64;
-            keel_s3_entry *ne = keel__realloc(*out, nc * sizeof *ne);
+        if (strncmp(key, w->prefix, w->plen) != 0)
+            return keel__fail(KEEL_EIO, "GET %s listed '%.200s', which is "
+                              "not under the prefix '%s' asked for\nhelp: "
+                              "the store is not answering the listing keel "
+                              "asked for; nothing was listed (or deleted)",
+                              r->url, key, w->prefix);
+        if (w->last[0] && strcmp(key, w->last) <= 0)
+            return keel__fail(KEEL_EIO, "GET %s listed '%.200s' after "
+                              "'%.200s': keys %s\nhelp: the store's listing "
+                              "does not move forward; nothing was listed",
+                              r->url, key, w->last,
+                              strcmp(key, w->last) ? "out of order"
+                                                   : "repeated");
+        snprintf(w->last, sizeof w->last, "%s", key);
+        if (!s || !m || !keel__s3_key_ok(key))
+            continue; /* not a key keel writes */
+        if (w->n == s3->list_max_keys)
+            return keel__fail(KEEL_EIO, "GET %s: the listing of '%s' holds "
+                              "more than %" PRIu64 " keys\nhelp: keel "
+                              "writes far fewer under one prefix; check "
+                              "the prefix, or the store's listing",
+                              r->url, w->prefix, s3->list_max_keys);
+        if (w->n == w->cap) {
+            size_t nc = w->cap ? 2 * w->cap : 64;
+            keel_s3_entry *ne = keel__realloc(w->out, nc * sizeof *ne);
             if (!ne)
                 return KEEL_ENOMEM;
-            *out = ne;
-            *cap = nc;
+            w->out = ne;
+            w->cap = nc;
         }
-        keel_s3_entry *e = &(*out)[*n];
+        keel_s3_entry *e = &w->out[w->n];
         if (!(e->key = keel__malloc(strlen(key) + 1)))
             return KEEL_ENOMEM;
         strcpy(e->key, key);
         e->size = strtoull(s, NULL, 10);
         e->mtime_ms = iso8601_ms(m, ml);
-        (*n)++;
+        w->n++;
     }
     token[0] = '\0';
     const char *tr = xml_field((const char *)r->buf, end, "IsTruncated", &len);
-    if (tr && len == 4 && memcmp(tr, "true", 4) == 0) {
-        const char *t = xml_field((const char *)r->buf, end,
-                                  "NextContinuationToken", &len);
-        if (!t || len == 0 || !xml_text(token, token_cap, t, len))
-            return keel__fail(KEEL_EIO, "GET %s: a truncated listing "
-                              "without a usable continuation token\nhelp: "
-                              "the store's ListObjectsV2 answer is not "
-                              "one keel can follow", r->url);
-    }
+    if (!tr || len != 4 || memcmp(tr, "true", 4) != 0)
+        return KEEL_OK;
+    const char *t = xml_field((const char *)r->buf, end,
+                              "NextContinuationToken", &len);
+    if (!t || len == 0 || !xml_text(token, token_cap, t, len))
+        return keel__fail(KEEL_EIO, "GET %s: a truncated listing "
+                          "without a usable continuation token\nhelp: "
+                          "the store's ListObjectsV2 answer is not "
+                          "one keel can follow", r->url);
+    uint64_t h = XXH3_64bits(token, strlen(token));
+    for (uint32_t i = 0; i < w->ntokens; i++)
+        if (w->tokens[i] == h)
+            return keel__fail(KEEL_EIO, "GET %s: the listing of '%s' gave "
+                              "continuation token '%.100s' a second time, "
+                              "after %" PRIu32 " answers\nhelp: the store's "
+                              "listing goes round in a circle; nothing was "
+                              "listed", r->url, w->prefix, token, w->pages);
+    if (w->pages >= s3->list_max_pages)
+        return keel__fail(KEEL_EIO, "GET %s: the listing of '%s' is still "
+                          "truncated after %" PRIu32 " answers (%zu keys)"
+                          "\nhelp: keel writes far fewer keys under one "
+                          "prefix; check the prefix, or the store's "
+                          "listing", r->url, w->prefix, w->pages, w->n);
+    w->tokens[w->ntokens++] = h;
     return KEEL_OK;
 }
 
@@ -180,7 +229,10 @@ keel__s3_list(keel_s3 *s3, const char *bucket, const char *prefix,
     int rc = keel__s3_check_names(bucket, NULL);
     if (rc != KEEL_OK)
         return rc;
-    size_t cap = 0;
+    walk w = {.prefix = prefix, .plen = strlen(prefix)};
+    w.tokens = keel__malloc((size_t)s3->list_max_pages * sizeof *w.tokens);
+    if (!w.tokens)
+        return KEEL_ENOMEM;
     char token[1024] = "";
     do {
         req r;
@@ -204,20 +256,20 @@ keel__s3_list(keel_s3 *s3, const char *bucket, const char *prefix,
         pthread_mutex_lock(&s3->lock);
         rc = keel__req_run(s3, &r);
         pthread_mutex_unlock(&s3->lock);
+        w.pages++;
         if (rc == KEEL_OK)
-            rc = list_parse(&r, out, n, &cap, token, sizeof token);
-        else if (rc < 0)
-            rc = keel__fail(KEEL_EIO, "GET %s answered %ld to a listing\n"
-                            "help: check the store", r.url, r.status);
+            rc = list_parse(s3, &r, &w, token, sizeof token);
         free(r.buf);
         keel__req_free(&r);
     } while (rc == KEEL_OK && token[0]);
+    keel__free(w.tokens);
     if (rc != KEEL_OK) {
-        keel__s3_list_free(*out, *n);
-        *out = NULL;
-        *n = 0;
+        keel__s3_list_free(w.out, w.n);
+        return rc;
     }
-    return rc;
+    *out = w.out;
+    *n = w.n;
+    return KEEL_OK;
 }
 
 void

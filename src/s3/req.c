@@ -16,6 +16,19 @@
 **     signed by libcurl (CURLOPT_AWS_SIGV4) with the client's keys.
 ** (4) Keys and bucket names are of characters that need no URL encoding, so
 **     the path libcurl signs is the path the server sees.
+** (5) Every try of a request ends by a deadline that a slow answer cannot
+**     stretch: connect timeout + stall timeout + B / min_rate, where B is
+**     the most of the bytes expected (the range asked for, the upload, the
+**     answer's Content-Length) and the bytes moved so far. A trickle that
+**     keeps the connection alive without ever averaging min_rate fails
+**     there; so does a stop (keel_set_cancel) within a second.
+** (6) Nothing is copied into a fixed buffer that could cut it short: header
+**     values of any length reach libcurl whole; what comes from the server
+**     (error bodies, header lines) is read up to a bound, and an error body
+**     past its bound ends the request as the error its status says.
+** (7) The conditional results KEEL_S3_EXISTS and KEEL_S3_NOT_MODIFIED come
+**     only from requests that asked for them; an unasked 304 or 412 is an
+**     error like any other status.
 */
 #include "base/internal.h"
 #include "s3/req.h"
@@ -147,6 +160,7 @@ on_header(char *data, size_t size, size_t n, void *arg)
         r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         r->has_range = r->has_length = 0;
         r->etag[0] = '\0';
+        r->location[0] = '\0';
     } else if (header_is(line, m, "content-range", &v)) {
         parse_content_range(r, v);
     } else if (header_is(line, m, "content-length", &v)) {
@@ -154,6 +168,8 @@ on_header(char *data, size_t size, size_t n, void *arg)
         r->length = strtoull(v, NULL, 10);
     } else if (header_is(line, m, "etag", &v)) {
         snprintf(r->etag, sizeof r->etag, "%s", v);
+    } else if (header_is(line, m, "location", &v)) {
+        snprintf(r->location, sizeof r->location, "%s", v);
     }
     return len;
 }
@@ -171,6 +187,10 @@ on_body(char *data, size_t size, size_t n, void *arg)
         memcpy(r->errbody + r->errlen, data, m);
         r->errlen += m;
         r->errbody[r->errlen] = '\0';
+        if (m < len) {
+            r->errcut = 1; /* invariant (6): no more of an error body */
+            return 0;
+        }
         return len;
     }
     if (len > r->cap - r->got) {
@@ -211,6 +231,29 @@ on_read(char *dst, size_t size, size_t n, void *arg)
     return want;
 }
 
+/* Invariant (5): the deadline, and the stop, polled by libcurl about once
+** a second and whenever bytes move. */
+static int
+on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+            curl_off_t ultotal, curl_off_t ulnow)
+{
+    req *r = arg;
+    if (r->stop && keel__stop_poll(r->stop)) {
+        r->canceled = 1;
+        return 1;
+    }
+    uint64_t moved = (uint64_t)KEEL_MAX(dlnow, ulnow);
+    uint64_t bytes = KEEL_MAX(r->expect, moved);
+    bytes = KEEL_MAX(bytes, (uint64_t)KEEL_MAX(dltotal, ultotal));
+    uint64_t limit = r->allow_ms + bytes * 1000u / r->min_rate;
+    if (keel__req_now_ms() - r->start_ms > limit) {
+        r->late = 1;
+        r->moved = moved;
+        return 1;
+    }
+    return 0;
+}
+
 static int
 on_seek(void *arg, curl_off_t off, int origin)
 {
@@ -223,13 +266,21 @@ on_seek(void *arg, curl_off_t off, int origin)
 
 /* --- setting a request up ------------------------------------------------ */
 
-/* Appends "name: value" ("name:" alone removes a header libcurl would add). */
+/* Appends "name: value" ("name:" alone removes a header libcurl would add),
+** whatever its length (invariant 6: a session token runs to thousands of
+** characters, with no documented maximum). */
 static struct curl_slist *
 add_header(struct curl_slist *l, int *ok, const char *name, const char *v)
 {
-    char h[512];
-    snprintf(h, sizeof h, *v ? "%s: %s" : "%s:", name, v);
+    size_t len = strlen(name) + strlen(v) + 3;
+    char *h = keel__malloc(len);
+    if (!h) {
+        *ok = 0;
+        return l;
+    }
+    snprintf(h, len, *v ? "%s: %s" : "%s:", name, v);
     struct curl_slist *n = curl_slist_append(l, h);
+    keel__free(h);
     if (!n) {
         *ok = 0;
         return l;
@@ -251,6 +302,10 @@ req_rearm(req *r)
     r->errbody[0] = '\0';
     r->errlen = 0;
     r->curlerr[0] = '\0';
+    r->location[0] = '\0';
+    r->errcut = 0;
+    r->late = r->canceled = 0;
+    r->moved = 0;
     r->cc = CURLE_OK;
 }
 
@@ -258,6 +313,16 @@ int
 keel__req_setup(keel_s3 *s3, CURL *h, req *r)
 {
     req_rearm(r);
+    r->start_ms = keel__req_now_ms();
+    r->allow_ms = (uint64_t)s3->connect_timeout_ms +
+                  (uint64_t)s3->stall_timeout_s * 1000u;
+    r->min_rate = s3->min_rate ? s3->min_rate : 1;
+    if (!r->stop)
+        r->stop = s3->stop;
+    if (r->range[0])
+        r->expect = r->cap;
+    else if (strcmp(r->method, "PUT") == 0)
+        r->expect = r->src_len;
     curl_slist_free_all(r->headers);
     r->headers = NULL;
     curl_easy_reset(h);
@@ -295,6 +360,9 @@ keel__req_setup(keel_s3 *s3, CURL *h, req *r)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(h, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
     if (strcmp(r->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (strcmp(r->method, "PUT") == 0) {
@@ -322,9 +390,21 @@ error_code(const req *r, char *out, size_t cap)
     if (a && b) {
         a += 6;
         size_t n = KEEL_MIN((size_t)(b - a), cap - 1);
+        for (size_t i = 0; i < n; i++)
+            if (!((a[i] >= 'A' && a[i] <= 'Z') || (a[i] >= 'a' && a[i] <= 'z')
+                  || (a[i] >= '0' && a[i] <= '9') || a[i] == '.'))
+                return; /* not a code: left out of messages */
         memcpy(out, a, n);
         out[n] = '\0';
     }
+}
+
+void
+keel__req_ended(req *r, CURLcode cc)
+{
+    r->cc = cc;
+    if (cc == CURLE_WRITE_ERROR && r->errcut)
+        r->cc = CURLE_OK; /* judged by its status, as if read whole */
 }
 
 int
@@ -349,7 +429,13 @@ static int
 transport_error(const keel_s3 *s3, const req *r, uint32_t attempts)
 {
     const char *why = r->curlerr[0] ? r->curlerr : curl_easy_strerror(r->cc);
-    switch (r->cc) {
+    CURLcode cc = r->cc;
+    if (r->late && r->moved == 0) {
+        /* the deadline of a request that moved nothing: a stall */
+        cc = CURLE_OPERATION_TIMEDOUT;
+        why = "no byte of the answer arrived";
+    }
+    switch (cc) {
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
@@ -370,6 +456,28 @@ transport_error(const keel_s3 *s3, const req *r, uint32_t attempts)
                           s3->stall_timeout_s, s3->endpoint);
     case CURLE_ABORTED_BY_CALLBACK:
     case CURLE_READ_ERROR:
+        if (r->canceled)
+            return keel__fail(KEEL_ECANCELED,
+                              "cancelled during %s %s\nhelp: the cancel "
+                              "callback (keel_set_cancel) asked to stop; "
+                              "nothing was kept of the request",
+                              r->method, r->url);
+        if (r->late)
+            return keel__fail(KEEL_EIO,
+                              "%s %s timed out: %" PRIu64 " bytes in %.1f "
+                              "s, past its deadline (connect timeout %" PRIu32
+                              " ms + stall timeout %" PRIu32 " s + the bytes "
+                              "at the minimum rate, %" PRIu32 " bytes/s)\n"
+                              "help: the object "
+                              "store at %s answers too slowly; check the "
+                              "network path and the store's load, or lower "
+                              "KEEL_S3_MIN_RATE (bytes/s) or raise "
+                              "KEEL_S3_STALL_TIMEOUT_S",
+                              r->method, r->url, r->moved,
+                              (double)(keel__req_now_ms() - r->start_ms) /
+                                  1000.0,
+                              s3->connect_timeout_ms, s3->stall_timeout_s,
+                              r->min_rate, s3->endpoint);
         if (r->read_errno)
             return keel__fail(KEEL_EIO,
                               "reading the file to upload to %s: %s\nhelp: "
@@ -434,6 +542,26 @@ status_error(const keel_s3 *s3, const req *r, uint32_t attempts)
                           "%s denied %s %s (403 %s)\nhelp: grant the key "
                           "access to bucket '%s'",
                           s3->endpoint, r->method, r->url, code, r->bucket);
+    if (r->status == 304 || r->status == 412)
+        return keel__fail(KEEL_EIO,
+                          "%s %s answered %ld (%s) to a request that did "
+                          "not ask for it\nhelp: something between keel "
+                          "and %s answers conditions keel did not set (a "
+                          "caching proxy?); point AWS_ENDPOINT_URL at the "
+                          "store itself",
+                          r->method, r->url, r->status,
+                          r->status == 304 ? "Not Modified"
+                                           : "Precondition Failed",
+                          s3->endpoint);
+    if (r->status >= 300 && r->status <= 399)
+        return keel__fail(KEEL_EIO,
+                          "%s %s was redirected (%ld%s%s) to %s; keel does "
+                          "not follow redirects\nhelp: set AWS_ENDPOINT_URL "
+                          "(now %s) to the endpoint that holds bucket '%s' "
+                          "(on AWS, its region's: check AWS_REGION)",
+                          r->method, r->url, r->status, code[0] ? " " : "",
+                          code, r->location[0] ? r->location : "(no Location)",
+                          s3->endpoint, r->bucket);
     return keel__fail(KEEL_EIO,
                       "%s %s answered %ld%s%s after %" PRIu32 " attempt%s"
                       "\nhelp: %s",
@@ -485,9 +613,13 @@ keel__req_verdict(const keel_s3 *s3, const req *r, uint32_t attempts)
 {
     if (r->cc != CURLE_OK)
         return transport_error(s3, r, attempts);
-    if (r->status == 412 && strcmp(r->method, "PUT") == 0)
+    /* invariant (7): only what was asked for */
+    int inm = r->if_none_match != NULL;
+    int create = inm && strcmp(r->if_none_match, "*") == 0;
+    if (r->status == 412 && create && strcmp(r->method, "PUT") == 0)
         return KEEL_S3_EXISTS;
-    if (r->status == 304)
+    if (r->status == 304 && inm && !create &&
+        (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))
         return KEEL_S3_NOT_MODIFIED;
     if (r->status == 416 || (r->range[0] && r->status == 206))
         return KEEL_OK; /* judged by keel__req_range_verdict */
@@ -526,7 +658,7 @@ keel__req_run(keel_s3 *s3, req *r)
         int rc = keel__req_setup(s3, s3->easy, r);
         if (rc != KEEL_OK)
             return rc;
-        r->cc = curl_easy_perform(s3->easy);
+        keel__req_ended(r, curl_easy_perform(s3->easy));
         attempt++;
         if (!keel__req_retryable(r) || attempt >= s3->max_attempts)
             return keel__req_verdict(s3, r, attempt);

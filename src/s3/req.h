@@ -29,6 +29,10 @@ struct keel_s3 {
     char *access_key, *secret_key, *token;
     char sigv4[96];        /* "aws:amz:REGION:s3" */
     uint32_t connect_timeout_ms, stall_timeout_s, max_attempts, max_inflight;
+    uint32_t min_rate;      /* bytes/s every request must average */
+    uint64_t list_max_keys; /* entries of one listing, at most */
+    uint32_t list_max_pages; /* answers of one listing, at most */
+    keel_stop *stop;        /* polled by single requests, or NULL */
 };
 
 /* One request and its answer. */
@@ -56,6 +60,17 @@ typedef struct req {
     char etag[KEEL_S3_ETAG_MAX];
     char errbody[S3_ERRBODY_MAX];
     size_t errlen;
+    char location[256];      /* a redirect's Location, "" if none */
+    int errcut;              /* the error body was cut at S3_ERRBODY_MAX */
+    /* the deadline (invariant 5 of req.c) and cancellation */
+    uint64_t expect;         /* body bytes expected (range, upload) */
+    uint64_t start_ms;       /* when this try began */
+    uint64_t allow_ms;       /* connect plus stall allowance */
+    uint32_t min_rate;       /* bytes/s */
+    uint64_t moved;          /* bytes moved when the deadline hit */
+    int late;                /* the deadline ended the try */
+    int canceled;            /* stop said stop */
+    keel_stop *stop;         /* polled while the request runs, or NULL */
     CURLcode cc;
     char curlerr[CURL_ERROR_SIZE];
     struct curl_slist *headers;
@@ -82,6 +97,9 @@ int keel__req_run(keel_s3 *s3, req *r);
 int keel__req_verdict(const keel_s3 *s3, const req *r, uint32_t attempts);
 /* Invariant (2) of req.c: a ranged answer must be exactly the range. */
 int keel__req_range_verdict(const req *r, uint64_t off, size_t len);
+/* Records how a try of r ended (libcurl's result cc), telling a cut error
+** body, the deadline and a cancel apart from other aborts. */
+void keel__req_ended(req *r, CURLcode cc);
 /* Whether a failed try of r may be tried again. */
 int keel__req_retryable(const req *r);
 /* The wait before try attempt+2, with jitter. */

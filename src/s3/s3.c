@@ -87,11 +87,13 @@ keel__s3_open(const keel_s3_config *cfg, keel_s3 **out)
                           "\nhelp: set AWS_ENDPOINT_URL to "
                           "http://HOST:PORT or https://HOST", ep);
 
-    uint32_t connect_ms, stall_s;
+    uint32_t connect_ms, stall_s, min_rate;
     int rc = pick_timeout(cfg->connect_timeout_ms,
                           "KEEL_S3_CONNECT_TIMEOUT_MS", 5000, &connect_ms);
     if (rc || (rc = pick_timeout(cfg->stall_timeout_s,
-                                 "KEEL_S3_STALL_TIMEOUT_S", 10, &stall_s)))
+                                 "KEEL_S3_STALL_TIMEOUT_S", 10, &stall_s)) ||
+        (rc = pick_timeout(cfg->min_rate, "KEEL_S3_MIN_RATE", 32768,
+                           &min_rate)))
         return rc;
 
     keel_s3 *s3 = keel__calloc(1, sizeof *s3);
@@ -102,6 +104,9 @@ keel__s3_open(const keel_s3_config *cfg, keel_s3 **out)
     s3->stall_timeout_s = stall_s;
     s3->max_attempts = cfg->max_attempts ? cfg->max_attempts : 4;
     s3->max_inflight = cfg->max_inflight ? cfg->max_inflight : 16;
+    s3->min_rate = min_rate;
+    s3->list_max_keys = cfg->list_max_keys ? cfg->list_max_keys : 1000000;
+    s3->list_max_pages = cfg->list_max_pages ? cfg->list_max_pages : 10000;
     snprintf(s3->sigv4, sizeof s3->sigv4, "aws:amz:%s:s3", region);
     s3->endpoint = dup_str(ep);
     s3->access_key = dup_str(ak);
@@ -152,6 +157,14 @@ keel__s3_close(keel_s3 *s3)
     keel__free(s3->token);
     pthread_mutex_destroy(&s3->lock);
     keel__free(s3);
+}
+
+void
+keel__s3_set_stop(keel_s3 *s3, keel_stop *stop)
+{
+    pthread_mutex_lock(&s3->lock);
+    s3->stop = stop;
+    pthread_mutex_unlock(&s3->lock);
 }
 
 const char *

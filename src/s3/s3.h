@@ -17,6 +17,14 @@
 **   403 with a credentials code  KEEL_EIO        "... refused the credentials"
 **   connection refused, no host  KEEL_EIO        "could not connect to ..."
 **   connect or stall timeout     KEEL_EIO        "... timed out"
+**   past the request's deadline  KEEL_EIO        "... timed out ... deadline"
+**   a stop (keel_set_cancel)     KEEL_ECANCELED  "cancelled during ..."
+**   a redirect (3xx)             KEEL_EIO        "... was redirected ..."
+**   304 or 412 not asked for     KEEL_EIO        "... did not ask for it"
+**   a listing that repeats a
+**   token or key, names a key
+**   outside its prefix, or runs
+**   past its caps                KEEL_EIO        (never a partial listing)
 **   a short, long or misplaced
 **   ranged body                  KEEL_EIO        (never a partial result)
 **
@@ -24,6 +32,17 @@
 ** retried up to max_attempts in all, after a backoff of 50 ms doubling per
 ** attempt (at most 2 s) with jitter. A timeout is not retried: it has
 ** already spent the time the caller allowed.
+**
+** Deadlines: every try of a request must end within
+**     connect timeout + stall timeout + B / min_rate
+** where B is the most of: the bytes it expects (a range's length, an
+** upload's size, the answer's Content-Length) and the bytes moved so far.
+** With the defaults (5 s, 10 s, 32768 bytes/s) a 4 KiB range gets 15.1 s
+** and a 64 MiB upload 34.4 minutes, however the bytes arrive: a trickle that
+** keeps the connection alive fails there, where the stall timeout alone
+** (no byte for stall_timeout_s) would let it run for ever. The deadline is
+** checked about once a second. A stop set with keel__s3_set_stop is polled
+** as often, and ends the request with KEEL_ECANCELED.
 **
 ** Threads: a client serves one request at a time (a mutex inside orders
 ** callers); its connections stay open between requests (HTTP keep-alive).
@@ -50,6 +69,11 @@ typedef struct keel_s3_config {
                                   fails; KEEL_S3_STALL_TIMEOUT_S, else 10 */
     uint32_t max_attempts;     /* tries of a retryable request, in all; 4 */
     uint32_t max_inflight;     /* concurrent GETs of get_ranges; 16 */
+    uint32_t min_rate;         /* bytes/s a request must average past its
+                                  allowances (see Deadlines);
+                                  KEEL_S3_MIN_RATE, else 32768 */
+    uint64_t list_max_keys;    /* entries of one listing; 1000000 */
+    uint32_t list_max_pages;   /* answers of one listing; 10000 */
 } keel_s3_config;
 
 /* Results of conditional requests (never returned by public functions). */
@@ -80,6 +104,11 @@ typedef struct keel_s3_range {
 ** non-empty and of [A-Za-z0-9._~/-] only; bucket names follow S3's rules. */
 int keel__s3_open(const keel_s3_config *cfg, keel_s3 **out);
 void keel__s3_close(keel_s3 *s3);
+
+/* Sets the stop that every later single request of this client (and
+** get_ranges when given none) polls, or NULL for none; the caller keeps it
+** alive until it sets another. */
+void keel__s3_set_stop(keel_s3 *s3, keel_stop *stop);
 
 /* The endpoint in use, without a trailing slash. */
 const char *keel__s3_endpoint(const keel_s3 *s3);
@@ -127,7 +156,12 @@ typedef struct keel_s3_entry {
 ** continuation tokens), in the store's order (by key). *out gets n entries
 ** (free with keel__s3_list_free); keys that are not keel's safe characters
 ** are left out, never decoded. An answer that is not a listing is KEEL_EIO
-** naming the URL. */
+** naming the URL; so is a listing that does not end: a continuation token
+** given twice, a key not after the one before it (S3 lists in key order,
+** each key once), more than list_max_pages answers or list_max_keys
+** entries. A key outside prefix is KEEL_EIO too: the store is not
+** answering the listing asked for, and a caller that deletes what it lists
+** must not be handed another's keys. */
 int keel__s3_list(keel_s3 *s3, const char *bucket, const char *prefix,
                   keel_s3_entry **out, size_t *n);
 void keel__s3_list_free(keel_s3_entry *e, size_t n);

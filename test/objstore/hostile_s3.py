@@ -38,7 +38,8 @@ Modes (parameters and their defaults in brackets):
   list-outside  the listing also holds keys outside the prefix asked for
                 ("elsewhere/0", "../up", the prefix's parent) beside the
                 real ones
-  trickle       every byte of the answer (head and body) at rate [2] bytes/s
+  trickle       the body at rate [2] bytes/s (the head too with head=1, and
+                always for an answer without a body, such as HEAD's)
   chunked       the right answer, its body sent with Transfer-Encoding:
                 chunked in chunks of chunk [7] bytes (valid HTTP)
   chunked-bad   Transfer-Encoding: chunked with a chunk-size line that is
@@ -519,7 +520,11 @@ class Conn(socketserver.BaseRequestHandler):
             self.send(wire + body[:at])
             self.sock.shutdown(socket.SHUT_RDWR)
             raise Gone()
-        self.send(wire + body, rate)
+        if rate and p.get("head") != "1":
+            self.send(wire)     # the head at once, the body trickled
+            self.send(body, rate)
+        else:
+            self.send(wire + body, rate)
         if a.filler:
             block = b"x" * 65536
             left = a.filler
