@@ -691,6 +691,27 @@ TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)
     CHECK_MSG(o.ran && o.rc == KEEL_OK && o.n == 5, "%s", o.msg);
 }
 
+/* A store that says every object exists (200 to every HEAD, a manifest for
+** every manifest key): opening and publishing end, right or with an
+** error, within their deadlines (the version walk is bounded). */
+TEST(public_calls_end_when_every_object_seems_to_exist)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    outcome o = run_case("mode=head200", api_open_search, 30);
+    CHECK_MSG(!o.timed_out && !o.sig && o.ran, "hung or died");
+    CHECK_MSG(o.rc == KEEL_OK || (documented(o.rc) && readable(o.msg)),
+              "code %d: %s", o.rc, o.msg);
+    CHECK_MSG(o.secs < 15, "%.2f s", o.secs);
+    CHECK_MSG(o.again == KEEL_OK, "after the fault: %s", o.again_msg);
+    o = run_case("mode=head200", api_publish, 30);
+    CHECK_MSG(!o.timed_out && !o.sig && o.ran, "hung or died");
+    CHECK_MSG(o.rc == KEEL_OK || (documented(o.rc) && readable(o.msg)),
+              "code %d: %s", o.rc, o.msg);
+    CHECK_MSG(o.secs < 15, "%.2f s", o.secs);
+    CHECK_MSG(o.again == KEEL_OK, "after the fault: %s", o.again_msg);
+}
+
 TEST(the_cli_exits_1_with_a_help_line_on_an_unasked_304)
 {
     NEED_HOSTILE();

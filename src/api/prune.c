@@ -151,8 +151,10 @@ prune_run(keel_s3 *s3, const char *bucket, const char *prefix,
                           i < first_kept ? &gone : &kept);
     if (rc)
         goto out;
-    qsort(kept.v, kept.n, sizeof *kept.v, id_cmp);
-    qsort(gone.v, gone.n, sizeof *gone.v, id_cmp);
+    if (kept.n) /* qsort of NULL, even of none, is undefined */
+        qsort(kept.v, kept.n, sizeof *kept.v, id_cmp);
+    if (gone.n)
+        qsort(gone.v, gone.n, sizeof *gone.v, id_cmp);
     /* Invariant (5): the hint names the newest kept version before any
      * older one goes, so no reader or publisher is pointed at a gap. */
     char text[32], hint[NAME_MAX_];
