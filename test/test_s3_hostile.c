@@ -712,6 +712,20 @@ TEST(public_calls_end_when_every_object_seems_to_exist)
     CHECK_MSG(o.again == KEEL_OK, "after the fault: %s", o.again_msg);
 }
 
+/* A manifest cut short by a Content-Length shorter than its body: the
+** client cannot see it in a whole-object GET (HTTP reads what the length
+** says, and the store's ETag need not be an MD5), the manifest's own
+** sizes and checksum do. */
+TEST(a_manifest_cut_short_by_its_content_length_is_refused)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    outcome o = run_case("mode=short-length&match=*manifest*",
+                         api_open_search, 30);
+    CHECK_API_FAULT(o, 10);
+    CHECK_EQ(o.rc, KEEL_ECORRUPT);
+}
+
 TEST(the_cli_exits_1_with_a_help_line_on_an_unasked_304)
 {
     NEED_HOSTILE();
