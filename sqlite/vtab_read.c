@@ -4,7 +4,9 @@
 ** Plans (idxNum bits; xFilter's arguments come in this order):
 **
 **   PLAN_KNN    embedding MATCH ?  (the query)       k nearest, by distance
-**   PLAN_K      k = ?              (or a LIMIT, when SQLite offers it)
+**   PLAN_K      k = ?              (or a LIMIT, when SQLite offers one:
+**                                  3.41 and later hand it to a table
+**                                  queried alone; 3.40 does not)
 **   PLAN_EF     ef = ?             the search's candidate list
 **   PLAN_EQ     rowid = ?          an allow-list of one / a lookup
 **   PLAN_IN     rowid IN (...)     all values at once (sqlite3_vtab_in): the
@@ -148,7 +150,7 @@ kv_value_vector(kv_table *t, sqlite3_value *v, const char *what, float *out)
 int
 kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
 {
-    kv_table *t = (kv_table *)vt;
+    (void)vt;
     int match = -1, k = -1, ef = -1, eq = -1, in = -1, limit = -1;
     int match_seen = 0, k_seen = 0;
     for (int i = 0; i < info->nConstraint; i++) {
@@ -185,10 +187,14 @@ kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
     if (match >= 0 && k < 0) {
         if (k_seen)
             return SQLITE_CONSTRAINT;
-        if (limit < 0)
-            return kv_error(t, "a MATCH on %s.embedding needs k, how many "
-                            "nearest to return\nhelp: add AND k = 10 (or "
-                            "ORDER BY distance LIMIT 10)", t->name);
+        if (limit < 0) {
+            /* Maybe offered with a LIMIT in another call; if SQLite ends up
+             * here, xFilter says what is missing. */
+            info->idxNum = PLAN_KNN;
+            info->aConstraintUsage[match].argvIndex = 1;
+            info->estimatedCost = 1e300;
+            return SQLITE_OK;
+        }
         k = limit; /* ORDER BY distance LIMIT n: n nearest */
     }
 
@@ -390,6 +396,9 @@ kv_filter(sqlite3_vtab_cursor *cur, int plan, const char *plan_str, int argc,
     uint64_t *ids = NULL;
     size_t nids = 0;
     long long k = 0, ef = 0;
+    if ((plan & PLAN_KNN) && !(plan & PLAN_K))
+        return kv_error(t, "a MATCH on %s.embedding needs k, how many "
+                        "nearest to return\nhelp: add AND k = 10", t->name);
     if (plan & PLAN_KNN) {
         if ((rc = kv_value_vector(t, argv[a++], "the MATCH query", c->query)))
             return rc;
