@@ -223,6 +223,15 @@ def ids(obj, fn, n):
                                           example)) from None
     if arr.size == 0:
         arr = arr.reshape(0).astype(np.uint64)
+    if not isinstance(original, np.ndarray) and arr.dtype.kind in "iuf" and \
+            any(isinstance(x, (bool, np.bool_)) for x in obj):
+        # numpy reads [5, True] as [5, 1]; one id of True is refused, so
+        # is one in a list.
+        at = next(i for i, x in enumerate(obj)
+                  if isinstance(x, (bool, np.bool_)))
+        raise TypeError("%s() takes %s as integers, but element %d of %s is "
+                        "a bool (%r)\nhelp: True and False are not ids; pass "
+                        "ints" % (fn, what, at, given(original), obj[at]))
     if not isinstance(original, np.ndarray) and arr.ndim == 1 and \
             arr.dtype.kind == "f" and \
             all(isinstance(x, (numbers.Integral, np.integer)) and

@@ -77,3 +77,42 @@ def test_a_dict_is_not_taken_as_its_keys(ix):
         ix.add_batch(_rows(1), ids={9: 9})
     with pytest.raises(TypeError, match="not dict"):
         keel.Filter({1: 2})
+
+
+def test_random_mixes_of_ints_convert_exactly_or_are_refused():
+    """Lists mixing Python ints, numpy ints and tuples of them across the
+    int64/uint64 boundary: each converts to exactly its values, or (a value
+    below 0 or past 2**64 - 1) is refused with InvalidArgumentError."""
+    from keel import _coerce
+    rng = np.random.default_rng(7)
+    pools = [
+        lambda: int(rng.integers(0, 1000)),
+        lambda: int(rng.integers(2**62, 2**63)) + int(rng.integers(0, 2**63)),
+        lambda: 2**63 + int(rng.integers(-2, 3)),
+        lambda: 2**64 - 1 - int(rng.integers(0, 3)),
+        lambda: np.uint64(2**63 + int(rng.integers(0, 1000))),
+        lambda: np.int64(rng.integers(0, 2**62)),
+        lambda: -int(rng.integers(1, 3)),
+        lambda: 2**64 + int(rng.integers(0, 3)),
+    ]
+    for _ in range(400):
+        n = int(rng.integers(1, 7))
+        values = [pools[int(rng.integers(0, len(pools)))]() for _ in range(n)]
+        wanted = [int(v) for v in values]
+        given = tuple(values) if rng.random() < 0.3 else values
+        if all(0 <= v <= 2**64 - 1 for v in wanted):
+            arr = _coerce.ids(given, "delete", -1)
+            assert arr.dtype == np.uint64
+            assert [int(x) for x in arr] == wanted, values
+        else:
+            with pytest.raises(keel.InvalidArgumentError):
+                _coerce.ids(given, "delete", -1)
+
+
+def test_a_bool_among_ids_is_refused_as_one_id_is(ix):
+    ix.add_batch(_rows(2), ids=[1, 5])
+    with pytest.raises(TypeError, match="element 1 of .* is a bool"):
+        ix.delete([5, True])
+    with pytest.raises(TypeError, match="element 0 of .* is a bool"):
+        ix.search(_rows(1)[0], k=2, allowed=[np.True_, BIG])
+    assert len(ix) == 2
