@@ -130,9 +130,11 @@ typedef struct keel_options {
     unsigned flags;           /* KEEL_WARM | KEEL_HUGE_PAGES */
     /* A reader of a published index (keel_open_reader of "s3://..."): */
     const char *cache_dir;    /* disk cache directory, shared safely by any
-                                 number of processes; NULL = the environment's
-                                 KEEL_CACHE_DIR, and with neither set, no
-                                 disk cache */
+                                 number of processes of one user; NULL = the
+                                 environment's KEEL_CACHE_DIR, and with
+                                 neither set, no disk cache. Made mode 0700
+                                 if missing, its files 0600; one another
+                                 user owns or may write is KEEL_EINVAL */
     uint64_t cache_bytes;     /* its size limit (oldest pages go first);
                                  0 = KEEL_CACHE_BYTES, else 10 GiB */
     uint64_t memory_cache_bytes; /* memory for the index's pages; colder

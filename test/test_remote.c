@@ -17,7 +17,13 @@
 #include "cache/cache.h"
 #include "s3/s3.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <xxhash.h>
 
@@ -860,6 +866,162 @@ TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
     }
     keel__free(orig);
     keel__s3_close(s3);
+    keel_close(w);
+}
+
+
+/* A pack that is gone (404, as after a prune under a reader of a removed
+** version): a search, the announced path, fails with the object, the
+** status and the store's code, never as a local disk's failure; and heals
+** once the pack is back. */
+TEST(a_missing_pack_fails_a_search_naming_the_object_and_the_status)
+{
+    NEED_SERVER();
+    char url[256];
+    keel_index *w = published(url, sizeof url, "gone", 57, N);
+    CHECK(w != NULL);
+    keel_s3 *s3 = NULL;
+    char b[64], key[1400];
+    void *orig;
+    size_t len;
+    CHECK_OK(first_pack(url, &s3, b, key, sizeof key, &orig, &len));
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r)); /* header pages in */
+    CHECK_OK(keel__s3_delete(s3, b, key));
+    CHECK_ERR(search_rc(r, 63), KEEL_EIO);
+    printf("     %.*s\n", (int)strcspn(keel_errmsg(), "\n"), keel_errmsg());
+    CHECK_MSG_HAS(key);
+    CHECK_MSG_HAS("404");
+    CHECK_MSG_HAS("NoSuchKey");
+    CHECK_MSG_HAS("help:");
+    CHECK(strstr(keel_errmsg(), "check the disk") == NULL);
+    CHECK_OK(keel__s3_put(s3, b, key, orig, len, 0, NULL));
+    CHECK(same_results(w, r, 64, NULL));
+    keel_close(r);
+    keel__free(orig);
+    keel__s3_close(s3);
+    keel_close(w);
+}
+
+/* The uid of the second user the cache test runs as, made if missing
+** (root only); 0 when there is none to be had. */
+static uid_t
+second_user(gid_t *gid)
+{
+    struct passwd *pw = getpwnam("keel-cache-test");
+    if (!pw && system("useradd --system --no-create-home --shell "
+                      "/usr/sbin/nologin keel-cache-test >/dev/null 2>&1") == 0)
+        pw = getpwnam("keel-cache-test");
+    if (!pw || pw->pw_uid == 0)
+        return 0;
+    *gid = pw->pw_gid;
+    return pw->pw_uid;
+}
+
+/* Mode bits of each page file in dir into modes (at most cap); how many. */
+static size_t
+page_modes(const char *dir, unsigned *modes, size_t cap, char *one,
+           size_t one_cap)
+{
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < cap) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[1200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            modes[n++] = st.st_mode & 07777;
+            snprintf(one, one_cap, "%s", p);
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The disk cache holds the index's vectors: its page files are 0600; a
+** directory other users may write, or that another user owns, is refused;
+** a second user cannot read a page (root makes one with useradd; else
+** that part says why it is skipped). */
+TEST(the_disk_cache_is_private_to_its_user)
+{
+    NEED_SERVER();
+    char url[256], dir[128], theirs[128];
+    keel_index *w = published(url, sizeof url, "private", 58, N);
+    CHECK(w != NULL);
+    /* under /tmp, which every user may traverse: only the modes below
+     * keep another user out */
+    snprintf(dir, sizeof dir, "/tmp/keel-cache-%d", (int)getpid());
+    snprintf(theirs, sizeof theirs, "/tmp/keel-cache-%d-theirs",
+             (int)getpid());
+    keel_options o = {.cache_dir = dir};
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    CHECK(same_results(w, r, 65, NULL));
+    keel_close(r);
+    struct stat st;
+    CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700);
+    unsigned modes[4096];
+    char one[1200] = "";
+    size_t n = page_modes(dir, modes, 4096, one, sizeof one), bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += modes[i] != 0600;
+    printf("     %zu page files, %zu not mode 0600\n", n, bad);
+    CHECK(n > 0);
+    CHECK_EQ(bad, 0);
+    /* a directory others may write */
+    CHECK(chmod(dir, 0777) == 0);
+    CHECK_ERR(keel_open_reader(url, &o, &r), KEEL_EINVAL);
+    CHECK_MSG_HAS("other users may write it (mode 0777)");
+    CHECK_MSG_HAS("help: chmod go-w");
+    CHECK(chmod(dir, 0770) == 0);
+    CHECK_ERR(keel_open_reader(url, &o, &r), KEEL_EINVAL);
+    CHECK(chmod(dir, 0755) == 0); /* others may look, not write */
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    keel_close(r);
+    gid_t gid = 0;
+    uid_t other = geteuid() == 0 ? second_user(&gid) : 0;
+    if (!other) {
+        printf("     second user: skipped (%s)\n",
+               geteuid() ? "not root: useradd and setuid need root"
+                         : "useradd failed");
+    } else {
+        /* a directory another user owns */
+        CHECK(mkdir(theirs, 0700) == 0);
+        CHECK(chown(theirs, other, gid) == 0);
+        keel_options t = {.cache_dir = theirs};
+        CHECK_ERR(keel_open_reader(url, &t, &r), KEEL_EINVAL);
+        CHECK_MSG_HAS("belongs to user");
+        /* the second user reads no page, and refuses this user's
+         * directory for its own cache */
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            if (setgroups(0, NULL) || setgid(gid) || setuid(other))
+                _exit(10);
+            int fd = open(one, O_RDONLY);
+            int code = fd >= 0 ? 1 : errno == EACCES ? 0 : 2;
+            keel_index *x;
+            if (keel_open_reader(url, &o, &x) != KEEL_EINVAL)
+                code |= 4;
+            _exit(code);
+        }
+        int wst;
+        CHECK(waitpid(pid, &wst, 0) == pid);
+        CHECK(WIFEXITED(wst));
+        printf("     second user (uid %u): page %s, cache directory %s\n",
+               (unsigned)other,
+               WEXITSTATUS(wst) & 3 ? "READ" : "refused (EACCES)",
+               WEXITSTATUS(wst) & 4 ? "USED" : "refused");
+        CHECK_EQ(WEXITSTATUS(wst), 0);
+        rmdir(theirs);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
     keel_close(w);
 }
 

@@ -13,6 +13,10 @@
 **       again, never wrong); any other miss costs no system call (a lookup
 **       in a directory that a writer is filling waits for its creates: up
 **       to 0.7 ms each on a busy disk, doc/object_storage_bench.md).
+**   (4) The pages are the index's vectors, a user's data: page files are
+**       created mode 0600, and a directory that another user owns or may
+**       write (group or others' write bit) is refused at open, as ssh
+**       refuses such a ~/.ssh. A directory keel creates is mode 0700.
 */
 #include "base/internal.h"
 #include "cache/disk.h"
@@ -223,6 +227,24 @@ keel__disk_open(const char *dir, uint64_t limit, keel_disk **out)
                           "KEEL_CACHE_DIR to a directory this process may "
                           "write, or leave both unset for no disk cache",
                           dir, strerror(-err));
+    /* Invariant (4), as ssh asks of ~/.ssh: another user who owns the
+     * directory, or may write it, could read, empty or fill the cache. */
+    uint32_t me = keel__euid();
+    if (fi.uid != me)
+        return keel__fail(KEEL_EINVAL, "cannot use %s as the cache directory: "
+                          "it belongs to user %u, not to this process's user "
+                          "%u, who could read or change the index's pages "
+                          "there\nhelp: use a directory of your own (or one "
+                          "that does not exist yet: keel creates it, mode "
+                          "0700), or leave cache_dir and KEEL_CACHE_DIR unset",
+                          dir, (unsigned)fi.uid, (unsigned)me);
+    if (fi.mode & 022)
+        return keel__fail(KEEL_EINVAL, "cannot use %s as the cache directory: "
+                          "other users may write it (mode %04o), so they "
+                          "could remove or replace the index's pages there"
+                          "\nhelp: chmod go-w %s, or use a directory of your "
+                          "own that only you may write", dir,
+                          (unsigned)fi.mode, dir);
     keel_disk *d = keel__calloc(1, sizeof *d);
     if (!d || !(d->dir = keel__malloc(strlen(dir) + 1))) {
         keel__free(d);
@@ -280,7 +302,9 @@ keel__disk_put(keel_disk *d, uint64_t hi, uint64_t lo, const void *buf)
     name_of(d, path, sizeof path, hi, lo);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%" PRIu64, d->dir, (int)getpid(),
              __atomic_add_fetch(&d->tmp_seq, 1, __ATOMIC_RELAXED));
-    int fd = keel__os->open(tmp, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE);
+    /* Invariant (4): the pages are the index's vectors, a user's data. */
+    int fd = keel__os->open(tmp, KEEL_OPEN_WRITE | KEEL_OPEN_CREATE |
+                                     KEEL_OPEN_PRIVATE);
     if (fd < 0)
         return;
     ssize_t n = keel__os->pwrite(fd, buf, KEEL_DISK_PAGE, 0);

@@ -662,8 +662,16 @@ keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
                 want[i] = (keel_br_range){mine[i] * G, G, NULL};
             keel_br_source src = {rsrc_read, rsrc_wait, &s};
             rc = keel__br_read(&src, NULL, want, nm, out, sc);
-            if (rc && (s.failed == KEEL_EIO || s.failed == KEEL_ECANCELED))
-                rc = keel__fail(s.failed, "%s", s.msg); /* the fetch's own */
+            /* The fetch's own message (the object, the status, the
+             * store's code), whatever failed: a 404 of a pack is no more
+             * a local disk's failure than a 503 is. Out of memory and a
+             * cancel keep their codes; the rest is a failed read. */
+            if (rc && s.failed)
+                rc = keel__fail(s.failed == KEEL_ENOMEM ||
+                                        s.failed == KEEL_ECANCELED
+                                    ? s.failed
+                                    : KEEL_EIO,
+                                "%s", s.msg);
         }
         keel__remote_release(c, s.s3);
         keel__free(s.g);

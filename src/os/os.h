@@ -35,6 +35,8 @@ typedef struct keel_file_info {
     int is_regular;     /* 1 for a regular file */
     int type;           /* enum keel_file_type */
     int64_t mtime_ns;   /* last modification, ns since the epoch */
+    uint32_t uid;       /* the owner's user id */
+    uint32_t mode;      /* permission bits (07777) */
 } keel_file_info;
 
 /* Advice kinds for madvise_range. */
@@ -51,6 +53,7 @@ enum keel_advice {
 #define KEEL_OPEN_READ   0   /* read-only */
 #define KEEL_OPEN_WRITE  1   /* read and write */
 #define KEEL_OPEN_CREATE 2   /* with WRITE: create; fails if it exists */
+#define KEEL_OPEN_PRIVATE 4  /* with CREATE: mode 0600, not 0644 */
 
 typedef struct keel_os {
     /* Opens a file (close-on-exec); returns the descriptor. Created files get
@@ -131,6 +134,9 @@ typedef struct keel_os {
 extern const keel_os *keel__os;
 /* The real one. */
 extern const keel_os keel__os_posix;
+
+/* The user id this process acts as (its effective uid). */
+uint32_t keel__euid(void);
 
 /* The system page size, and 2 MiB huge pages where the system has them. */
 size_t keel__page_size(void);

@@ -38,7 +38,8 @@ os_open(const char *path, int flags)
         f |= O_CREAT | O_EXCL;
     int fd;
     do {
-        fd = open(path, f | O_CLOEXEC | O_NONBLOCK, 0644);
+        fd = open(path, f | O_CLOEXEC | O_NONBLOCK,
+                  (flags & KEEL_OPEN_PRIVATE) ? 0600 : 0644);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return -errno;
@@ -282,6 +283,14 @@ fill_info(const struct stat *st, keel_file_info *out)
                                         : KEEL_FILE_OTHER;
     out->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 +
                     st->st_mtim.tv_nsec;
+    out->uid = (uint32_t)st->st_uid;
+    out->mode = (uint32_t)st->st_mode & 07777;
+}
+
+uint32_t
+keel__euid(void)
+{
+    return (uint32_t)geteuid();
 }
 
 static int
