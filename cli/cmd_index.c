@@ -349,7 +349,6 @@ cmd_publish(int argc, char **argv)
 {
     static const char *const names[] = {"INDEX", "URL"};
     cli_opt opts[] = {{"--replace", 0, NULL}, {"--json", 0, NULL}};
-    keel_options opt;
     keel_index *idx = NULL;
     char sent[32];
     int npos, rc;
@@ -359,8 +358,9 @@ cmd_publish(int argc, char **argv)
         rc = cli_want("publish", npos, argv, names, 2, 0);
     if (rc != CLI_OK)
         return rc;
-    memset(&opt, 0, sizeof opt);
-    rc = cli_open_writer(argv[0], 0, &opt, 0, 0, &idx);
+    /* A reader: it publishes the last flush from a snapshot, whether or
+     * not another process is writing the index (keel_publish). */
+    rc = cli_open_reader(argv[0], NULL, &idx);
     if (rc != CLI_OK)
         return rc;
     uint64_t up = 0;

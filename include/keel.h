@@ -440,9 +440,16 @@ typedef struct keel_publish_options {
 ** nothing a reader would adopt. The newest version is found from the
 ** `latest` hint, or the listing of PREFIX/manifest/ when the hint is
 ** missing or wrong; a prefix whose versions cannot be listed is refused
-** (KEEL_EIO), never guessed at. opt may be NULL. Writers only (the handle's
-** adds and flushes wait while it runs). The handle's cancel callback
-** (keel_set_cancel) can stop it between requests (KEEL_ECANCELED). */
+** (KEEL_EIO), never guessed at. opt may be NULL. On a writer's handle the
+** handle's adds and flushes wait while it runs. A reader's handle of a
+** local file (keel_open_reader) publishes the file's last flush while
+** another process goes on writing it, from a snapshot as keel_backup makes
+** one: the committed neighbour lists come from the writer's undo log, and
+** a flush meanwhile starts the publish over at the new flush
+** (KEEL_ELOCKED after 16 flushes in a row, or when the writer's adds keep
+** changing the pages being published for 32 rounds). A URL reader's
+** handle is KEEL_EINVAL. The handle's cancel callback (keel_set_cancel)
+** can stop it between requests (KEEL_ECANCELED). */
 int keel_publish(keel_index *idx, const char *url,
                  const keel_publish_options *opt);
 

@@ -20,6 +20,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <pthread.h>
@@ -709,6 +710,237 @@ secs(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+
+static double secs(void);
+
+/* --- publishing an index another process writes ---------------------------- */
+
+/* The header of the index file at path (copy A). */
+static int
+header_of(const char *path, keel_header *h)
+{
+    size_t n;
+    uint8_t *d = td_read_file(path, &n);
+    int rc = d && n >= KEEL_PAGE_SLOT
+                 ? keel__header_decode(d + KEEL_HDR_A_OFF, n, h, NULL, 0)
+                 : KEEL_EIO;
+    free(d);
+    return rc;
+}
+
+/* Whether the two files hold the same commit, byte for byte in every
+** region it names as far as it is written (what keel_backup copies): the
+** slots' headers (deleted epochs past the commit's as 0), vectors, lists
+** and codes, the heap up to heap_used, and the id table (below). */
+static int
+same_commit(const char *pa, const char *pb, uint64_t *compared)
+{
+    size_t na, nb;
+    uint8_t *a = td_read_file(pa, &na), *b = td_read_file(pb, &nb);
+    keel_header ha, hb;
+    int same = a && b &&
+               keel__header_decode(a, na, &ha, NULL, 0) == KEEL_OK &&
+               keel__header_decode(b, nb, &hb, NULL, 0) == KEEL_OK &&
+               ha.sequence == hb.sequence && ha.count == hb.count &&
+               ha.file_end == hb.file_end && na >= ha.file_end &&
+               nb >= hb.file_end;
+    *compared = 0;
+#define SAME_AT(off, len)                                                  \
+    do {                                                                   \
+        same = same && memcmp(a + (off), b + (off), (size_t)(len)) == 0;  \
+        if (!same && getenv("KEEL_TEST_DEBUG")) {                          \
+            size_t z = 0;                                                  \
+            while (a[(off) + z] == b[(off) + z])                           \
+                z++;                                                       \
+            fprintf(stderr, "differs in [%llu, +%llu) line %d at +%zu: "   \
+                    "%016llx %016llx vs %016llx %016llx\n",                \
+                    (unsigned long long)(off), (unsigned long long)(len),  \
+                    __LINE__, z,                                           \
+                    (unsigned long long)keel__get64(a + (off) + z / 16 * 16), \
+                    (unsigned long long)keel__get64(a + (off) + z / 16 * 16 + 8), \
+                    (unsigned long long)keel__get64(b + (off) + z / 16 * 16), \
+                    (unsigned long long)keel__get64(b + (off) + z / 16 * 16 + 8)); \
+            fprintf(stderr, "epoch %llu count %llu\n",                     \
+                    (unsigned long long)ha.epoch,                          \
+                    (unsigned long long)ha.count);                         \
+        }                                                                  \
+        *compared += (len);                                                \
+    } while (0)
+    keel_geometry g;
+    if (same)
+        keel__geometry_init(&g, &ha);
+    for (uint32_t k = 0; same && k < ha.segments; k++) {
+        keel_seg_layout L;
+        keel__seg_layout(&g, k, &L);
+        uint64_t first = keel__seg_first_slot(&g, k);
+        uint64_t n = ha.count > first ? KEEL_MIN(L.slots, ha.count - first)
+                                      : 0;
+        uint64_t off = ha.seg_off[k];
+        for (uint64_t i = 0; i < n; i++) { /* marks past the commit: 0 */
+            uint8_t *ma = a + off + i * KEEL_SLOT_HDR_BYTES + 8;
+            uint8_t *mb = b + off + i * KEEL_SLOT_HDR_BYTES + 8;
+            if (keel__get64(ma) > ha.epoch)
+                keel__put64(ma, 0);
+            if (keel__get64(mb) > ha.epoch)
+                keel__put64(mb, 0);
+        }
+        SAME_AT(off, n * KEEL_SLOT_HDR_BYTES);
+        SAME_AT(off + L.vec_off, n * g.vec_bytes);
+        SAME_AT(off + L.rec_off, n * g.rec_bytes);
+        if (L.code_off)
+            SAME_AT(off + L.code_off, n * g.code_bytes);
+    }
+    uint32_t used = (uint32_t)(ha.heap_used >> 32);
+    for (uint32_t c = 0; same && c < ha.heap_chunks && c <= used; c++)
+        SAME_AT(ha.heap_off[c], c < used ? keel__heap_chunk_bytes(&g, c)
+                                         : (ha.heap_used & 0xFFFFFFFFu));
+    /* The id table: adds after the commit put their slots (past its
+     * count, which readers of the commit skip) in entries that were empty
+     * at the commit, as a reader's backup of it would hold them too; the
+     * published entries must be the writer's backup's but for those. */
+    uint64_t extra = 0;
+    for (uint64_t e = 0; same && ha.idtab_offset &&
+                         e < (1ull << ha.idtab_log2); e++) {
+        uint32_t x = keel__get32(a + ha.idtab_offset + 4 * e);
+        uint32_t y = keel__get32(b + ha.idtab_offset + 4 * e);
+        same = x == y || (y == KEEL_EMPTY && x >= ha.count) ||
+               (x == KEEL_EMPTY && y >= ha.count);
+        extra += x != y;
+        *compared += 4;
+    }
+    if (!same && getenv("KEEL_TEST_DEBUG"))
+        fprintf(stderr, "the id tables differ\n");
+    else if (extra && getenv("KEEL_TEST_DEBUG"))
+        fprintf(stderr, "%llu id table entries of later adds\n",
+                (unsigned long long)extra);
+#undef SAME_AT
+    free(a);
+    free(b);
+    return same;
+}
+
+/* The writer of the test below, in a process of its own: adds throughout
+** (a few vectors at a time, each rewriting committed nodes' lists), deletes
+** some, flushes every ~120 ms, and after each flush keeps a backup of that
+** commit as DIR/bk-<header sequence>.keel (the last 64 of them). */
+static void
+writer_main(const char *path, const char *dir)
+{
+    keel_index *w;
+    if (keel_open(path, DIM, NULL, &w))
+        _exit(1);
+    char ring[64][700] = {{0}};
+    for (uint64_t round = 0;; round++) {
+        for (int j = 0; j < 12; j++) {
+            float *x = td_random(8, DIM, 1000 + round * 64 + (uint64_t)j);
+            if (keel_add_batch(w, x, 8, NULL, NULL))
+                _exit(2);
+            free(x);
+            struct timespec ts = {0, 10000000L};
+            nanosleep(&ts, NULL);
+        }
+        (void)keel_delete(w, round * 7 % 3000);
+        char tmp[700], fin[700];
+        keel_header h;
+        snprintf(tmp, sizeof tmp, "%s/bk-tmp.keel", dir);
+        if (keel_flush(w) || keel_backup(w, tmp) || header_of(tmp, &h))
+            _exit(3);
+        snprintf(fin, sizeof fin, "%s/bk-%" PRIu64 ".keel", dir, h.sequence);
+        if (rename(tmp, fin))
+            _exit(4);
+        char *old = ring[round % 64];
+        if (old[0])
+            unlink(old);
+        snprintf(old, sizeof ring[0], "%s", fin);
+    }
+}
+
+/* keel_publish of a reader's handle while another process adds and
+** flushes throughout: every publish succeeds, and each version holds
+** exactly its commit, byte for byte what a keel_backup of that commit
+** holds (the committed lists, though the file's were rewritten). */
+TEST(a_reader_publishes_the_last_flush_while_another_process_writes)
+{
+    NEED_SERVER();
+    char path[600], dir[600], url[256];
+    snprintf(path, sizeof path, "%s", test_path("busy.keel"));
+    snprintf(dir, sizeof dir, "%s", test_path("busy-backups"));
+    mkdir(dir, 0700);
+    url_of(url, sizeof url, "busy");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    float *x = td_random(3000, DIM, 300);
+    CHECK_OK(keel_add_batch(w, x, 3000, NULL, NULL));
+    free(x);
+    CHECK_OK(keel_flush(w));
+    keel_close(w);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
+        writer_main(path, dir);
+        _exit(0);
+    }
+    struct timespec ts = {0, 300000000L}; /* the writer is at work */
+    nanosleep(&ts, NULL);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    int published = 0, compared = 0;
+    uint64_t bytes = 0, first_commit = 0, last_commit = 0;
+    double t0 = secs(), slowest = 0;
+    for (int k = 0; k < 10; k++) {
+        double t = secs();
+        int rc = keel_publish(r, url, NULL);
+        t = secs() - t;
+        slowest = KEEL_MAX(slowest, t);
+        CHECK_MSG(rc == KEEL_OK, "publish %d: %s", k, keel_errmsg());
+        if (rc)
+            continue;
+        published++;
+        char got[700], bk[700];
+        snprintf(got, sizeof got, "%s/pub-%d.keel", dir, k);
+        CHECK_OK(download(url, (uint64_t)published, got));
+        keel_header h;
+        CHECK_OK(header_of(got, &h));
+        if (!first_commit)
+            first_commit = h.sequence;
+        last_commit = h.sequence;
+        snprintf(bk, sizeof bk, "%s/bk-%" PRIu64 ".keel", dir, h.sequence);
+        for (int wait = 0; wait < 100 && access(bk, F_OK) != 0; wait++) {
+            struct timespec q = {0, 20000000L};
+            nanosleep(&q, NULL);
+        }
+        uint64_t n = 0;
+        int same = same_commit(got, bk, &n);
+        CHECK_MSG(same, "version %d (commit %" PRIu64 ") differs from the "
+                  "backup of its commit", published, h.sequence);
+        compared += same;
+        bytes += n;
+        unlink(got);
+    }
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st)); /* the writer was still writing */
+    printf("     %d publishes in %.1f s (slowest %.2f s) of commits %" PRIu64
+           "..%" PRIu64 " while the writer flushed; %d equal to the backup "
+           "of their commit (%" PRIu64 " bytes compared)\n", published,
+           secs() - t0, slowest, first_commit, last_commit, compared, bytes);
+    CHECK_EQ(compared, 10);
+    CHECK(last_commit > first_commit);
+    /* a reader of the URL reads the last one like its backup */
+    keel_index *u, *b;
+    char bk[700];
+    snprintf(bk, sizeof bk, "%s/bk-%" PRIu64 ".keel", dir, last_commit);
+    CHECK_OK(keel_open_reader(url, NULL, &u));
+    CHECK_OK(keel_open_reader(bk, NULL, &b));
+    CHECK_EQ(keel_count(u), keel_count(b));
+    CHECK(same_results(u, b, 301));
+    keel_close(b);
+    keel_close(u);
+    keel_close(r);
 }
 
 /* ~50 MB published one pack at a time and 4 at once (printed, no bound). */

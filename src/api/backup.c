@@ -141,105 +141,25 @@ copy_commit(backup *b)
     return rc;
 }
 
-/* Writes one saved node's lists (words u32 in the log's order: level 0,
-** then each upper level) into the copy. */
+/* Writes one committed list into the copy (step 3). */
 static int
-restore_node(backup *b, uint32_t slot, const uint8_t *w, uint32_t words)
+restore_list(uint64_t off, uint64_t len, const uint8_t *bytes, void *arg)
 {
-    uint64_t off[2], len[2];
-    int rc = keel__undo_entry_places(b->st, b->h, slot, words, off, len);
-    for (int j = 0; j < 2 && rc == KEEL_OK && len[j]; j++) {
-        ssize_t n = keel__os->pwrite(b->fd, w + (j ? len[0] : 0),
-                                     (size_t)len[j], off[j]);
-        if (n != (ssize_t)len[j])
-            rc = io_fail(b, n < 0 ? (int)n : -EIO, "writing", b->tmp);
-    }
-    return rc;
+    backup *b = arg;
+    ssize_t n = keel__os->pwrite(b->fd, bytes, (size_t)len, off);
+    return n == (ssize_t)len ? KEEL_OK
+                             : io_fail(b, n < 0 ? (int)n : -EIO, "writing",
+                                       b->tmp);
 }
 
+/* Step 3: the committed lists of the commit (the store's log of it: a
+** writer's own, or the one a reader's writer keeps, maybe in another
+** process) over the copy. A log made for another commit holds nothing for
+** this one. */
 static int
-restore_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+restore_lists(backup *b)
 {
-    return restore_node(arg, slot, words, n_words);
-}
-
-/* Step 3 on the log's bytes (read by undo.c's walker): the first entry of
-** each committed slot, up to the first torn one. A log made for another
-** commit holds nothing for this one. */
-static int
-restore_lists(backup *b, const uint8_t *log, uint64_t size)
-{
-    return keel__undo_commit_entries(&b->g, b->h, log, size, restore_entry, b);
-}
-
-/* Reads a whole file into *out (keel__malloc); *size 0 and KEEL_OK when
-** there is no file to read. */
-static int
-read_all(int fd, uint64_t size, uint8_t **out)
-{
-    *out = NULL;
-    if (size == 0 || size > ((uint64_t)1 << 40))
-        return KEEL_OK;
-    uint8_t *p = keel__malloc((size_t)size);
-    if (!p)
-        return KEEL_ENOMEM;
-    if (keel__os->pread(fd, p, (size_t)size, 0) != (ssize_t)size) {
-        keel__free(p);
-        return KEEL_OK; /* shorter than it was: a log being replaced */
-    }
-    *out = p;
-    return KEEL_OK;
-}
-
-/* Step 3 on a writer: its own log, read under undo_lock so that every
-** entry a save wrote is in it. */
-static int
-restore_writer(backup *b)
-{
-    uint8_t *log;
-    uint64_t size;
-    int rc = keel__undo_log_copy(b->st, &log, &size);
-    if (!rc && log)
-        rc = restore_lists(b, log, size);
-    keel__free(log);
-    return rc;
-}
-
-/* Step 3 on a reader: the log the live page names (the writer may be in
-** another process), or the one beside the index when it names none. */
-static int
-restore_reader(backup *b)
-{
-    const uint8_t *lp = b->st->pages + KEEL_LIVE_OFF;
-    uint32_t len = KEEL_LOAD_ACQUIRE(
-        (const uint32_t *)(const void *)(lp + LO_UNDO_PATH_LEN));
-    uint64_t tag = KEEL_LOAD_ACQUIRE(
-        (const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
-    char *path;
-    if (tag && len && len < KEEL_UNDO_PATH_MAX) {
-        path = keel__malloc((size_t)len + 1);
-        if (path) {
-            memcpy(path, lp + LO_UNDO_PATH, len);
-            path[len] = '\0';
-        }
-    } else {
-        path = keel__path_plus(b->st->path, ".undo");
-    }
-    if (!path)
-        return KEEL_ENOMEM;
-    int fd = keel__os->open(path, KEEL_OPEN_READ);
-    keel__free(path);
-    if (fd < 0)
-        return KEEL_OK; /* none: no committed list changed yet */
-    keel_file_info fi;
-    uint8_t *log = NULL;
-    int rc = keel__os->stat(fd, &fi) == 0 ? read_all(fd, fi.size, &log)
-                                           : KEEL_OK;
-    keel__os->close(fd);
-    if (!rc && log)
-        rc = restore_lists(b, log, fi.size);
-    keel__free(log);
-    return rc;
+    return keel__store_committed_lists(b->st, b->h, restore_list, b);
 }
 
 /* Step 5: the header, then sync, rename and sync the directory. */
@@ -365,25 +285,13 @@ backup_writer(backup *b)
     if (!rc)
         rc = copy_commit(b);
     if (!rc)
-        rc = restore_writer(b);
+        rc = restore_lists(b);
     keel__swap_unlock(idx);
     pthread_mutex_lock(&idx->write_lock);
     idx->backups--;
     pthread_cond_broadcast(&idx->backup_done);
     pthread_mutex_unlock(&idx->write_lock);
     return rc ? rc : finish(b);
-}
-
-/* The sequence and checksum words of both header copies: any header write
-** changes them. */
-static void
-header_words(const keel_store *st, uint64_t w[4])
-{
-    for (int c = 0; c < 2; c++) {
-        const uint8_t *p = st->pages + (c ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
-        w[2 * c] = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(p + HO_SEQUENCE));
-        w[2 * c + 1] = KEEL_LOAD_ACQUIRE((const uint64_t *)(const void *)(p + HO_CHECKSUM));
-    }
 }
 
 /* Steps 1-5 on a reader, again from a new snapshot when a flush began. */
@@ -398,7 +306,7 @@ backup_reader(backup *b)
         keel__swap_shared(idx);
         b->st = idx->st;
         uint64_t before[4], after[4];
-        header_words(b->st, before);
+        keel__store_header_words(b->st, before);
         keel_view v;
         rc = keel__store_snapshot(b->st, &v, b->h);
         if (!rc) {
@@ -415,8 +323,8 @@ backup_reader(backup *b)
         if (!rc)
             rc = copy_commit(b);
         if (!rc)
-            rc = restore_reader(b);
-        header_words(b->st, after);
+            rc = restore_lists(b);
+        keel__store_header_words(b->st, after);
         keel__swap_unlock(idx);
         if (rc)
             return rc;

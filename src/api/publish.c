@@ -53,9 +53,23 @@
 **     the caller asked to replace the index there (opt->replace); readers
 **     never follow into another index (life.c), they keep their version.
 **
+** (11) A reader's publish (keel_publish of a keel_open_reader handle of a
+**     local file: another process may be writing it) is of a snapshot, as
+**     keel_backup's is (backup.c). Its pages are read with the committed
+**     lists of the log read before them laid over; a list whose change
+**     began before a page was read has its entry in any log read after
+**     (undo.c rule 1). So after the pages, the log is read again, and the
+**     pages that a list saved since lies in are built again with it; then
+**     again for those pages only, until a round finds no new list in the
+**     pages it built (at most SETTLE_ROUNDS). A flush (the header words
+**     change) replaces the log: that try commits nothing and the publish
+**     starts over from the new snapshot (at most READER_TRIES). Pages of
+**     a try that was dropped are packs no manifest names (invariant 4).
+**
 ** This module reads the index file through the store's descriptor (the OS
-** layer) and sends bytes through the S3 client; it holds the handle's write
-** lock throughout, so no flush or add changes the file under it.
+** layer) and sends bytes through the S3 client; on a writer it holds the
+** handle's write lock throughout, so no flush or add changes the file
+** under it; on a reader the handle's swap lock, as its searches do.
 */
 #include "base/internal.h"
 #include "api/api.h"
@@ -72,40 +86,49 @@
 #define PACK_DFLT   (8u << 20)
 #define PENDING     0xFFFFFFFEu /* page entry's pack: in the pack being filled */
 #define NAME_MAX_   1280
+#define SETTLE_ROUNDS 32   /* a reader's rounds of rebuilt pages (11) */
+#define READER_TRIES  16   /* commits a reader's publish starts over at */
+#define AGAIN         (-1) /* a flush began: again from a new snapshot */
 
 /* --- the image ------------------------------------------------------------ */
 
 /* A committed list laid over the file's bytes (invariant 8). */
 typedef struct patch {
     uint64_t off, len;
-    const uint8_t *bytes;     /* in the log's copy */
+    size_t at;                /* its bytes: at arena + at */
 } patch;
 
 typedef struct patches {
-    const keel_store *st;
-    const keel_header *h;
     patch *p;
     size_t n, cap;
+    uint8_t *arena;
+    size_t used, room;
 } patches;
 
 static int
-patch_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+patch_list(uint64_t off, uint64_t len, const uint8_t *bytes, void *arg)
 {
     patches *ps = arg;
-    uint64_t off[2], len[2];
-    int rc = keel__undo_entry_places(ps->st, ps->h, slot, n_words, off, len);
-    for (int j = 0; j < 2 && rc == KEEL_OK && len[j]; j++) {
-        if (ps->n == ps->cap) {
-            size_t cap = ps->cap ? 2 * ps->cap : 64;
-            patch *np = keel__realloc(ps->p, cap * sizeof *np);
-            if (!np)
-                return KEEL_ENOMEM;
-            ps->p = np;
-            ps->cap = cap;
-        }
-        ps->p[ps->n++] = (patch){off[j], len[j], words + (j ? len[0] : 0)};
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? 2 * ps->cap : 64;
+        patch *np = keel__realloc(ps->p, cap * sizeof *np);
+        if (!np)
+            return KEEL_ENOMEM;
+        ps->p = np;
+        ps->cap = cap;
     }
-    return rc;
+    if (ps->room - ps->used < len) {
+        size_t room = KEEL_MAX(2 * ps->room, ps->used + (size_t)len + 4096);
+        uint8_t *na = keel__realloc(ps->arena, room);
+        if (!na)
+            return KEEL_ENOMEM;
+        ps->arena = na;
+        ps->room = room;
+    }
+    memcpy(ps->arena + ps->used, bytes, (size_t)len);
+    ps->p[ps->n++] = (patch){off, len, ps->used};
+    ps->used += (size_t)len;
+    return KEEL_OK;
 }
 
 static int
@@ -115,21 +138,32 @@ patch_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* The writer's committed lists that the file no longer holds, sorted by
-** offset; log: the copy of the undo log they point into. */
-static int
-patches_of(keel_store *st, const keel_header *h, patches *ps, uint8_t **log)
+static void
+patches_free(patches *ps)
 {
-    uint64_t size;
+    keel__free(ps->p);
+    keel__free(ps->arena);
     memset(ps, 0, sizeof *ps);
-    ps->st = st;
-    ps->h = h;
-    int rc = keel__undo_log_copy(st, log, &size);
-    if (!rc && *log)
-        rc = keel__undo_commit_entries(&st->g, h, *log, size, patch_entry, ps);
+}
+
+/* The committed lists of commit h that the file no longer holds (the
+** store's log of it), sorted by offset. */
+static int
+patches_of(keel_store *st, const keel_header *h, patches *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    int rc = keel__store_committed_lists(st, h, patch_list, ps);
     if (!rc && ps->n)
         qsort(ps->p, ps->n, sizeof *ps->p, patch_cmp);
     return rc;
+}
+
+/* Whether ps holds a patch at off. */
+static int
+patches_have(const patches *ps, uint64_t off)
+{
+    patch key = {off, 0, 0};
+    return ps->n && bsearch(&key, ps->p, ps->n, sizeof *ps->p, patch_cmp);
 }
 
 /* Lays the patches over [off, off + n) of the image in buf. */
@@ -148,7 +182,7 @@ patch_page(const patches *ps, uint64_t off, size_t n, uint8_t *buf)
     for (size_t k = lo; k < ps->n && ps->p[k].off < off + n; k++) {
         uint64_t a = KEEL_MAX(ps->p[k].off, off);
         uint64_t b = KEEL_MIN(ps->p[k].off + ps->p[k].len, off + n);
-        memcpy(buf + (a - off), ps->p[k].bytes + (a - ps->p[k].off),
+        memcpy(buf + (a - off), ps->arena + ps->p[k].at + (a - ps->p[k].off),
                (size_t)(b - a));
     }
 }
@@ -532,7 +566,79 @@ commit_manifest(pub *p)
 }
 
 static int
-publish_commit(pub *p, keel_store *st, keel_header *h)
+u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Invariant (11): a reader's image settles. Each round reads the log
+** again; the pages built in the round before that a list saved since lies
+** in are built again, with the new log, until a round finds none. */
+static int
+settle(pub *p, keel_store *st, keel_header *h, const region *r, size_t nr,
+       patches *ps, uint8_t *buf)
+{
+    uint64_t *built = NULL; /* the pages of the round before; NULL: all */
+    size_t nbuilt = 0;
+    int rc = KEEL_OK;
+    for (int round = 0; round < SETTLE_ROUNDS && !rc; round++) {
+        patches now;
+        if ((rc = patches_of(st, h, &now)))
+            break;
+        uint64_t *redo = NULL;
+        size_t nredo = 0, cap = 0;
+        for (size_t k = 0; k < now.n && !rc; k++) {
+            if (patches_have(ps, now.p[k].off))
+                continue;
+            uint64_t a = now.p[k].off / PAGE;
+            uint64_t z = (now.p[k].off + now.p[k].len - 1) / PAGE;
+            for (uint64_t i = a; i <= z && !rc; i++) {
+                if ((round && !bsearch(&i, built, nbuilt, sizeof *built,
+                                       u64_cmp)) ||
+                    (nredo && redo[nredo - 1] >= i))
+                    continue; /* patches are sorted: pages ascend */
+                if (nredo == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    uint64_t *nr_ = keel__realloc(redo, cap * sizeof *redo);
+                    if (!nr_) {
+                        rc = KEEL_ENOMEM;
+                        break;
+                    }
+                    redo = nr_;
+                }
+                redo[nredo++] = i;
+            }
+        }
+        patches_free(ps);
+        *ps = now;
+        keel__free(built);
+        built = redo;
+        nbuilt = nredo;
+        if (!rc && nredo == 0) {
+            keel__free(built);
+            return KEEL_OK;
+        }
+        for (size_t j = 0; j < nredo && !rc; j++)
+            if (!(rc = image_page(st, h, r, nr, ps, redo[j], buf)))
+                rc = place_page(p, redo[j], buf);
+        if (!rc)
+            rc = flush_pack(p, p->next.npages);
+    }
+    keel__free(built);
+    if (rc)
+        return rc;
+    return keel__fail(KEEL_ELOCKED, "the writer of %s changed the lists of "
+                      "the pages being published in each of %d rounds\n"
+                      "help: publish through the writer's handle (its adds "
+                      "wait for the publish), or while it adds less",
+                      st->path, SETTLE_ROUNDS);
+}
+
+/* Publishes commit h of st. words: a reader's header words at its
+** snapshot; AGAIN when a flush began since (nothing was committed). */
+static int
+publish_commit(pub *p, keel_store *st, keel_header *h, const uint64_t *words)
 {
     int rc = find_previous(p);
     if (!rc)
@@ -557,27 +663,89 @@ publish_commit(pub *p, keel_store *st, keel_header *h)
     }
     p->pack = p->bufs[0];
     patches ps;
-    uint8_t *log = NULL;
-    rc = patches_of(st, h, &ps, &log);
+    rc = patches_of(st, h, &ps);
     region *regs = keel__malloc((KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1) *
                                 sizeof *regs);
     size_t nregs = regs ? regions_of(st, h, regs) : 0;
     if (!rc && !regs)
         rc = KEEL_ENOMEM;
-    for (uint64_t i = 0; i < p->next.npages && !rc; i++)
-        if (!(rc = image_page(st, h, regs, nregs, &ps, i, buf)))
+    for (uint64_t i = 0; i < p->next.npages && !rc; i++) {
+        if (keel__stop_poll(p->stop))
+            rc = keel__fail(KEEL_ECANCELED, "publishing to %s was cancelled "
+                            "before its manifest: nothing was published\n"
+                            "help: the cancel callback (keel_set_cancel) "
+                            "asked to stop", p->url);
+        else if (!(rc = image_page(st, h, regs, nregs, &ps, i, buf)))
             rc = place_page(p, i, buf);
-    keel__free(regs);
-    keel__free(ps.p);
-    keel__free(log);
-    keel__free(buf);
+    }
     if (!rc)
         rc = flush_pack(p, p->next.npages);
+    if (!rc && words)
+        rc = settle(p, st, h, regs, nregs, &ps, buf);
+    keel__free(regs);
+    patches_free(&ps);
+    keel__free(buf);
     if (!rc)
         rc = send_queue(p);
+    if (!rc && words) {
+        uint64_t now[4];
+        keel__store_header_words(st, now);
+        if (memcmp(now, words, sizeof now) != 0)
+            return AGAIN; /* the log the image settled on may be gone */
+    }
     if (!rc)
         rc = commit_manifest(p);
     return rc;
+}
+
+/* Frees what one try at a version holds; the client and options stay. */
+static void
+pub_reset(pub *p)
+{
+    keel__manifest_free(&p->prev);
+    keel__manifest_free(&p->next);
+    keel__free(p->prev_map);
+    for (uint32_t i = 0; p->bufs && i < p->par; i++)
+        keel__free(p->bufs[i]);
+    keel__free(p->bufs);
+    keel__free(p->keys);
+    keel__free(p->jobs);
+    p->prev_map = NULL;
+    p->bufs = NULL;
+    p->keys = NULL;
+    p->jobs = NULL;
+    p->pack = NULL;
+    p->packs_cap = p->nq = 0;
+    p->pack_fill = p->pack_first = 0;
+}
+
+/* A reader's publish (invariant 11): of a snapshot, again from a new one
+** when a flush began meanwhile. */
+static int
+publish_reader(pub *p, keel_index *idx, keel_header *h)
+{
+    for (int round = 0; round < READER_TRIES; round++) {
+        int rc = keel__reader_follow(idx, 1);
+        if (rc)
+            return rc;
+        keel__swap_shared(idx);
+        keel_store *st = idx->st;
+        uint64_t words[4];
+        keel__store_header_words(st, words);
+        keel_view v;
+        rc = keel__store_snapshot(st, &v, h);
+        if (!rc)
+            rc = publish_commit(p, st, h, words);
+        keel__swap_unlock(idx);
+        if (rc != AGAIN)
+            return rc;
+        pub_reset(p);
+    }
+    return keel__fail(KEEL_ELOCKED, "the writer of %s flushed during each of "
+                      "%d tries to publish it\nhelp: publish through the "
+                      "writer's handle (its flushes wait for the publish), "
+                      "or while it flushes less often", idx->path,
+                      READER_TRIES);
 }
 
 int
@@ -586,11 +754,16 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     keel__clear_error();
     if (!idx)
         return keel__fail(KEEL_EINVAL, "keel_publish was given a NULL index"
-                          "\nhelp: pass the handle keel_open returned");
-    if (!idx->writer)
-        return keel__fail(KEEL_EREADONLY, "cannot publish %s from a reader "
-                          "handle\nhelp: publish from the index's writer "
-                          "(keel_open)", idx->path);
+                          "\nhelp: pass the handle keel_open or "
+                          "keel_open_reader returned");
+    keel__swap_shared(idx);
+    int remote = idx->st->remote != NULL;
+    keel__swap_unlock(idx);
+    if (remote)
+        return keel__fail(KEEL_EINVAL, "cannot publish %s: it is a "
+                          "published index already\nhelp: publish from the "
+                          "index's file (a writer, or a reader of the file)",
+                          idx->path);
     pub *p = keel__calloc(1, sizeof *p);
     keel_header *h = keel__malloc(sizeof *h);
     if (!p || !h) {
@@ -611,26 +784,21 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
         snprintf(p->url, sizeof p->url, "s3://%s/%s", p->bucket, p->prefix);
         rc = keel__s3_open(NULL, &p->s3);
     }
-    if (!rc) {
+    if (!rc && !idx->writer) {
+        rc = publish_reader(p, idx, h);
+    } else if (!rc) {
         /* The handle's lock order (api.c): write_lock, then swap_lock. */
         pthread_mutex_lock(&idx->write_lock);
         keel__swap_shared(idx);
         *h = idx->st->committed;
-        rc = publish_commit(p, idx->st, h);
+        rc = publish_commit(p, idx->st, h, NULL);
         keel__swap_unlock(idx);
         pthread_mutex_unlock(&idx->write_lock);
     }
     if (!rc && opt && opt->uploaded)
         *opt->uploaded = p->uploaded;
     keel__s3_close(p->s3);
-    keel__manifest_free(&p->prev);
-    keel__manifest_free(&p->next);
-    keel__free(p->prev_map);
-    for (uint32_t i = 0; p->bufs && i < p->par; i++)
-        keel__free(p->bufs[i]);
-    keel__free(p->bufs);
-    keel__free(p->keys);
-    keel__free(p->jobs);
+    pub_reset(p);
     keel__free(p);
     keel__free(h);
     return rc;

@@ -194,6 +194,21 @@ void keel__store_close(keel_store *st);
 void keel__store_release_forked(keel_store *st);
 
 /* Accessors (hot path). The slot must be below the view's limit. */
+/* The sequence and checksum words of both header copies of st's file: any
+** header write (a flush's intent or commit) changes them, so equal words
+** before and after a copy of a reader's snapshot mean no flush began. */
+static inline void
+keel__store_header_words(const keel_store *st, uint64_t w[4])
+{
+    for (int c = 0; c < 2; c++) {
+        const uint8_t *p = st->pages + (c ? KEEL_HDR_B_OFF : KEEL_HDR_A_OFF);
+        w[2 * c] = KEEL_LOAD_ACQUIRE(
+            (const uint64_t *)(const void *)(p + HO_SEQUENCE));
+        w[2 * c + 1] = KEEL_LOAD_ACQUIRE(
+            (const uint64_t *)(const void *)(p + HO_CHECKSUM));
+    }
+}
+
 static inline const keel_segment *
 keel__store_seg(const keel_store *st, uint64_t slot, uint64_t *index)
 {
@@ -391,6 +406,21 @@ int keel__undo_entry_places(const keel_store *st, const keel_header *h,
 ** save wrote is in it. KEEL_OK, KEEL_ENOMEM, or KEEL_EIO naming the log
 ** when it cannot be read. */
 int keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size);
+
+/* The committed lists of commit h that the file no longer holds, for a
+** copy of the commit (keel_backup, keel_publish): fn gets each as the
+** bytes (len of them) that belong at off of the file, from the log of the
+** commit: a writer's own (read under undo_lock), or for a reader the one
+** its writer keeps, maybe in another process (the live page names it).
+** The bytes live only during the call. Every list whose change began
+** before this call has its entry in the log read (undo.c rule 1), so a
+** copy that read the file before this call, then laid these over it,
+** holds the commit's lists. Stops at fn's first nonzero answer (returned);
+** KEEL_ENOMEM, KEEL_EIO, KEEL_ECORRUPT with a message. */
+typedef int (*keel_committed_list_fn)(uint64_t off, uint64_t len,
+                                      const uint8_t *bytes, void *arg);
+int keel__store_committed_lists(keel_store *st, const keel_header *h,
+                                keel_committed_list_fn fn, void *arg);
 
 /* Writer: commit everything since the last commit. */
 int keel__store_commit(keel_store *st);

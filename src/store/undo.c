@@ -710,3 +710,84 @@ out:
     pthread_mutex_unlock(&st->undo_lock);
     return rc;
 }
+
+/* --- the committed lists of a commit, for copies of it --------------------- */
+
+typedef struct lists_walk {
+    const keel_store *st;
+    const keel_header *h;
+    keel_committed_list_fn fn;
+    void *arg;
+} lists_walk;
+
+static int
+lists_entry(uint32_t slot, const uint8_t *words, uint32_t n_words, void *arg)
+{
+    lists_walk *w = arg;
+    uint64_t off[2], len[2];
+    int rc = keel__undo_entry_places(w->st, w->h, slot, n_words, off, len);
+    for (int j = 0; j < 2 && rc == KEEL_OK && len[j]; j++)
+        rc = w->fn(off[j], len[j], words + (j ? len[0] : 0), w->arg);
+    return rc;
+}
+
+/* The log a reader's writer keeps (the live page names it; another
+** process may be the writer), or the one beside the index when it names
+** none: its bytes in *buf (NULL when there is none). */
+static int
+reader_log(const keel_store *st, uint8_t **buf, uint64_t *size)
+{
+    *buf = NULL;
+    *size = 0;
+    const uint8_t *lp = st->pages + KEEL_LIVE_OFF;
+    uint32_t len = KEEL_LOAD_ACQUIRE(
+        (const uint32_t *)(const void *)(lp + LO_UNDO_PATH_LEN));
+    uint64_t tag = KEEL_LOAD_ACQUIRE(
+        (const uint64_t *)(const void *)(lp + LO_UNDO_TAG));
+    char *path;
+    if (tag && len && len < KEEL_UNDO_PATH_MAX) {
+        path = keel__malloc((size_t)len + 1);
+        if (path) {
+            memcpy(path, lp + LO_UNDO_PATH, len);
+            path[len] = '\0';
+        }
+    } else {
+        path = keel__path_plus(st->path, ".undo");
+    }
+    if (!path)
+        return KEEL_ENOMEM;
+    int fd = keel__os->open(path, KEEL_OPEN_READ);
+    keel__free(path);
+    if (fd < 0)
+        return KEEL_OK; /* none: no committed list changed yet */
+    keel_file_info fi;
+    int rc = KEEL_OK;
+    if (keel__os->stat(fd, &fi) == 0 && fi.size &&
+        fi.size <= ((uint64_t)1 << 40)) {
+        uint8_t *p = keel__malloc((size_t)fi.size);
+        if (!p)
+            rc = KEEL_ENOMEM;
+        else if (keel__os->pread(fd, p, (size_t)fi.size, 0) !=
+                 (ssize_t)fi.size)
+            keel__free(p); /* shorter than it was: a log being replaced */
+        else
+            *buf = p, *size = fi.size;
+    }
+    keel__os->close(fd);
+    return rc;
+}
+
+int
+keel__store_committed_lists(keel_store *st, const keel_header *h,
+                            keel_committed_list_fn fn, void *arg)
+{
+    uint8_t *log = NULL;
+    uint64_t size = 0;
+    int rc = st->writer ? keel__undo_log_copy(st, &log, &size)
+                        : reader_log(st, &log, &size);
+    lists_walk w = {st, h, fn, arg};
+    if (!rc && log)
+        rc = keel__undo_commit_entries(&st->g, h, log, size, lists_entry, &w);
+    keel__free(log);
+    return rc;
+}
