@@ -741,6 +741,8 @@ while :; do
     run delete "$T/held.keel" 18446744073709551614
     if grep -q 'open for writing elsewhere' "$T/err"; then
         [ "$st" -eq 5 ] || fail "delete of a locked index exited $st, not 5"
+        grep -q "open for writing elsewhere, by process $held" "$T/err" ||
+            fail "the lock message does not name the writer's process $held"
         grep -q 'open a reader' "$T/err" &&
             fail "the CLI's lock message speaks of opening a reader"
         break
@@ -754,7 +756,7 @@ kill $held $feeder 2>/dev/null
 wait $held $feeder 2>/dev/null
 [ "$st" -eq 0 ] || fail "search while another process writes exited $st"
 [ "$(field queries)" = 100 ] || fail "search while writing found no queries"
-ok "search works while another process holds the writer"
+ok "search works while another process holds the writer; a second writer is told its process id"
 
 # --- compact ---------------------------------------------------------------
 

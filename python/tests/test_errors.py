@@ -122,7 +122,8 @@ def test_eexist(index):
 
 
 def test_elocked(index, path):
-    raises(keel.IndexLockedError, OSError, keel.VectorIndex, path, 4)
+    msg = raises(keel.IndexLockedError, OSError, keel.VectorIndex, path, 4)
+    assert "open for writing elsewhere, in this process" in msg
     with keel.IndexReader(path) as reader:     # readers are fine
         assert len(reader) == 4
 

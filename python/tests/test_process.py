@@ -41,8 +41,9 @@ def test_reader_follows_a_writer_in_another_process(path):
             if reader is None:
                 reader = keel.IndexReader(path)
             # The writer still holds the file; a second writer is refused.
-            with pytest.raises(keel.IndexLockedError):
-                keel.VectorIndex(path, 16)
+            with pytest.raises(keel.IndexLockedError,
+                               match="by process %d" % child.pid):
+                keel.VectorIndex(path, 16)      # names the writer's process
             reader.refresh()
             assert len(reader) == committed == (r + 1) * step
             ids, _ = reader.search_batch(np.zeros((2, 16)), k=committed + 5)

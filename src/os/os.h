@@ -86,6 +86,10 @@ typedef struct keel_os {
      * -EWOULDBLOCK when another descriptor holds it. Held until close(fd);
      * a child made by fork() does not keep it (on Linux). */
     int (*lock)(int fd);
+    /* Which process holds the lock (lock) on fd's file, as the system lists
+     * it (Linux: /proc/locks): 0 and *pid, with *pid 0 when it is this
+     * process; -ENOENT when the system does not say. */
+    int (*lock_holder)(int fd, long *pid);
     /* The canonical path of an existing file (symbolic links resolved), in
      * out (out_len bytes). */
     int (*resolve)(const char *path, char *out, size_t out_len);

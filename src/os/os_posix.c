@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <dirent.h>
 #include <poll.h>
@@ -413,6 +414,39 @@ os_lock(int fd)
     return err;
 }
 
+/* /proc/locks lists each flock as "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INO
+** START END" (major and minor in hex); a waiter's line has "->" after N:. */
+static int
+os_lock_holder(int fd, long *pid)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return -errno;
+    FILE *f = fopen("/proc/locks", "re");
+    if (!f)
+        return -ENOENT;
+    char line[256];
+    int err = -ENOENT;
+    while (fgets(line, sizeof line, f)) {
+        char kind[16], mode[16], rw[16];
+        long p;
+        unsigned maj, min;
+        unsigned long long ino;
+        if (sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%llu", kind, mode, rw,
+                   &p, &maj, &min, &ino) != 7 ||
+            strcmp(kind, "FLOCK") != 0)
+            continue;
+        if (ino == (unsigned long long)sb.st_ino &&
+            maj == major(sb.st_dev) && min == minor(sb.st_dev)) {
+            *pid = p == (long)getpid() ? 0 : p;
+            err = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return err;
+}
+
 static int
 os_random(void *buf, size_t n)
 {
@@ -617,6 +651,7 @@ const keel_os keel__os_posix = {
     .unmap = os_unmap,
     .advise = os_advise,
     .lock = os_lock,
+    .lock_holder = os_lock_holder,
     .resolve = os_resolve,
     .unlink = os_unlink,
     .rename = os_rename,
