@@ -43,6 +43,8 @@ enum {
     O_RADIUS,
     O_MAX,
     O_ONCE,
+    O_ID,
+    O_VECTOR,
     O_COUNT
 };
 
@@ -393,6 +395,18 @@ print_summary(FILE *f, const struct summary *s, int json)
     fprintf(f, "%-12s %.3f\n", "seconds:", s->seconds);
 }
 
+/* --id or --vector with --json: the neighbours as one object. */
+static void
+print_one_json(const struct job *job)
+{
+    fputs("{\"results\": [", stdout);
+    for (size_t r = 0; r < job->found[0]; r++)
+        printf("%s{\"id\": %llu, \"distance\": %.9g}", r ? ", " : "",
+               (unsigned long long)job->results[r].id,
+               (double)job->results[r].distance);
+    printf("], \"k\": %zu}\n", job->k);
+}
+
 /* Everything cmd_search allocates, freed in one place. */
 struct inputs {
     vecfile queries;
@@ -415,12 +429,15 @@ static int
 load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
 {
     char err[1024];
+    int vrc;
 
-    int vrc = h5file_is(qpath)
-        ? h5file_load(qpath, "test", &in->queries, err, sizeof err)
-        : vecfile_load(qpath, &in->queries, err, sizeof err);
-    if (vrc != VECFILE_OK)
-        return cli_fail_msg(err);
+    if (qpath != NULL) { /* else one query from --id or --vector */
+        vrc = h5file_is(qpath)
+            ? h5file_load(qpath, "test", &in->queries, err, sizeof err)
+            : vecfile_load(qpath, &in->queries, err, sizeof err);
+        if (vrc != VECFILE_OK)
+            return cli_fail_msg(err);
+    }
     if (opts[O_ALLOWED].value != NULL &&
         vecfile_load_ids(opts[O_ALLOWED].value, &in->allowed, &in->n_allowed,
                          err, sizeof err) != VECFILE_OK)
@@ -528,6 +545,58 @@ parse_radius(cli_opt *opts, float *radius, uint64_t *cap)
     return CLI_OK;
 }
 
+/* The one query of --id N (the stored vector of id N) or --vector '[x, y,
+** ...]' (numbers separated by commas or spaces, brackets optional), of the
+** index's dimensions, into q. */
+static int
+one_query(keel_index *idx, cli_opt *opts, vecfile *q)
+{
+    uint32_t dim = keel_dim(idx);
+    char a[32];
+
+    q->dim = dim;
+    q->n = 1;
+    q->data = malloc((size_t)dim * sizeof(float) + 1);
+    if (q->data == NULL)
+        return cli_fail("free memory and retry", "out of memory for a query");
+    if (opts[O_ID].value != NULL) {
+        uint64_t id;
+        int rc = cli_u64("search", "--id", opts[O_ID].value, 0,
+                         UINT64_MAX - 1, &id);
+        if (rc != CLI_OK)
+            return rc;
+        int krc = keel_get(idx, id, q->data);
+        return krc == KEEL_OK ? CLI_OK : cli_keel_error(krc);
+    }
+    const char *p = opts[O_VECTOR].value;
+    size_t n = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '[' || *p == ']' ||
+               *p == '\t' || *p == '\n')
+            p++;
+        if (*p == '\0')
+            break;
+        char *end;
+        errno = 0;
+        float v = strtof(p, &end);
+        if (end == p || errno == ERANGE)
+            return cli_usage("search", "give --vector numbers separated by "
+                             "commas or spaces, such as '[0.1, 0.2, ...]'",
+                             "--vector has '%.20s', which is not a number",
+                             p);
+        if (n < dim)
+            q->data[n] = v;
+        n++;
+        p = end;
+    }
+    if (n != dim)
+        return cli_usage("search", "give as many numbers as the index's "
+                         "dimensions ('keel info' shows them)",
+                         "--vector has %s numbers but the index has %u "
+                         "dimensions", cli_commas(n, a, sizeof a), dim);
+    return CLI_OK;
+}
+
 int
 cmd_search(int argc, char **argv)
 {
@@ -547,6 +616,8 @@ cmd_search(int argc, char **argv)
         [O_RADIUS] = {"--radius", 1, NULL},
         [O_MAX] = {"--max", 1, NULL},
         [O_ONCE] = {"--once", 0, NULL},
+        [O_ID] = {"--id", 1, NULL},
+        [O_VECTOR] = {"--vector", 1, NULL},
     };
     float radius = 0;
     struct inputs in;
@@ -565,8 +636,17 @@ cmd_search(int argc, char **argv)
     memset(&sum, 0, sizeof sum);
     memset(&params, 0, sizeof params);
     rc = cli_parse("search", argc, argv, opts, O_COUNT, &npos);
+    /* --id or --vector is the query: then no QUERIES file. */
+    int one = opts[O_ID].value != NULL || opts[O_VECTOR].value != NULL;
+    if (rc == CLI_OK && opts[O_ID].value && opts[O_VECTOR].value)
+        rc = cli_usage("search", "give one of them", "--id and --vector "
+                       "both name the query");
+    if (rc == CLI_OK && one && opts[O_TRUTH].value)
+        rc = cli_usage("search", "give --truth with a file of queries",
+                       "--truth measures a file of queries, not --%s",
+                       opts[O_ID].value ? "id" : "vector");
     if (rc == CLI_OK)
-        rc = cli_want("search", npos, argv, names, 2, 0);
+        rc = cli_want("search", npos, argv, names, one ? 1 : 2, 0);
     int by_radius = opts[O_RADIUS].value != NULL;
     if (rc == CLI_OK && by_radius)
         rc = parse_radius(opts, &radius, &k);
@@ -587,7 +667,7 @@ cmd_search(int argc, char **argv)
                      MAX_THREADS, &nthreads);
     if (rc != CLI_OK)
         return rc;
-    const char *path = argv[0], *qpath = argv[1];
+    const char *path = argv[0], *qpath = one ? NULL : argv[1];
     const char *out_path = opts[O_OUT].value;
     int json = opts[O_JSON].value != NULL;
     const char *from[] = {"QUERIES", "--allowed", "--truth"};
@@ -595,6 +675,10 @@ cmd_search(int argc, char **argv)
     rc = cli_one_stdin("search", from, given, 3);
     if (rc != CLI_OK)
         return rc;
+    /* One query: its neighbours are the answer, printed as --out - would
+    ** (or in the JSON summary), and one pass is enough. */
+    if (one && out_path == NULL && !json)
+        out_path = "-";
 
     rc = load_inputs(qpath, opts, (size_t)k, &in);
     if (rc != CLI_OK)
@@ -613,8 +697,12 @@ cmd_search(int argc, char **argv)
     }
 
     rc = open_index(path, opts, &idx);
+    if (rc == CLI_OK && one)
+        rc = one_query(idx, opts, &in.queries);
     if (rc != CLI_OK)
         goto done;
+    if (one)
+        qpath = opts[O_ID].value ? "--id" : "--vector";
     /* keel_search takes a bare pointer, so only we can catch queries of
     ** another length before keel reads past them. */
     if (in.queries.dim != keel_dim(idx)) { /* empty files included */
@@ -675,7 +763,7 @@ cmd_search(int argc, char **argv)
     sum.first_qps = sum.first_seconds > 0
         ? (double)job.nq / sum.first_seconds : 0;
     seconds = sum.first_seconds;
-    sum.once = opts[O_ONCE].value != NULL;
+    sum.once = opts[O_ONCE].value != NULL || one;
     if (!sum.once) {
         /* The second pass: the steady state, which the rest reports. */
         atomic_store(&job.next, 0);
@@ -726,8 +814,12 @@ cmd_search(int argc, char **argv)
         sum.has_recall = 1;
         sum.recall = recall(&job, in.truth, in.truth_width);
     }
-    /* With --out - the results own stdout; the summary moves aside. */
-    print_summary(out == stdout ? stderr : stdout, &sum, json);
+    /* With --out - the results own stdout; the summary moves aside. One
+    ** query's answer is its results: its summary only with --json. */
+    if (one && json)
+        print_one_json(&job);
+    else if (!one)
+        print_summary(out == stdout ? stderr : stdout, &sum, json);
 
 done:
     if (out != NULL && out != stdout)

@@ -62,6 +62,8 @@ static const struct command commands[] = {
     {"search", cmd_search, "run queries, report speed and recall",
      "usage: keel search INDEX QUERIES -k K [options]\n"
      "       keel search INDEX QUERIES --radius R [--max N] [options]\n"
+     "       keel search INDEX --id ID -k K [options]\n"
+     "       keel search INDEX --vector '[X, Y, ...]' -k K [options]\n"
      "\n"
      "Searches the K nearest neighbours of every query in QUERIES (same\n"
      "formats as build; an .hdf5 file gives its test set) and prints the\n"
@@ -93,6 +95,11 @@ static const struct command commands[] = {
      "                         (- for standard output)\n"
      "  --once                 run the queries once (by default they run\n"
      "                         twice: a first pass, then the steady state)\n"
+     "  --id ID                instead of QUERIES: the neighbours of the\n"
+     "                         stored vector of ID (itself first), printed\n"
+     "                         as --out - prints them\n"
+     "  --vector '[X, ...]'    instead of QUERIES: the neighbours of this\n"
+     "                         vector (commas or spaces, brackets optional)\n"
      "  --json                 print the summary as one JSON object\n"},
     {"info", cmd_info, "print an index's facts",
      "usage: keel info INDEX [--json]\n"

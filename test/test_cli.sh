@@ -171,6 +171,28 @@ expect 0 "search --json of an empty index" search "$T/empty.keel" "$QUERY" -k 5 
 grep -q '"live_vectors": 0' "$T/out" || fail "search --json of an empty index: $(cat "$T/out")"
 ok "search --once runs once; a search of an empty index says it is empty"
 
+# The neighbours of one id, or of a vector on the command line.
+expect 0 "search --id" search "$IDX" --id 17 -k 3
+[ "$(wc -l <"$T/out")" -eq 3 ] || fail "search --id printed $(wc -l <"$T/out") lines, not 3"
+[ "$(sed -n '1p' "$T/out" | cut -f3,4)" = "$(printf '17\t0')" ] ||
+    fail "search --id 17 does not find 17 first at distance 0: $(sed -n 1p "$T/out")"
+cp "$T/out" "$T/by-id"
+expect 0 "get 17" get "$IDX" 17
+vec=$(cat "$T/out")
+expect 0 "search --vector" search "$IDX" --vector "[$vec]" -k 3
+cmp -s "$T/out" "$T/by-id" || fail "search --vector of id 17's vector differs from --id 17"
+expect 0 "search --id --json" search "$IDX" --id 17 -k 2 --json
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["results"][0] == {"id": 17, "distance": 0}' \
+    "$T/out" || fail "search --id --json: $(cat "$T/out")"
+expect 2 "search --vector of 3 numbers" search "$IDX" --vector "1, 2, 3" -k 3
+grep -q -- "--vector has 3 numbers but the index has 100 dimensions" "$T/err" ||
+    fail "a short --vector is not named"
+expect 2 "search --vector with a word" search "$IDX" --vector "1, x" -k 3
+expect 2 "search --id and --vector" search "$IDX" --id 1 --vector 1 -k 3
+expect 1 "search --id of a missing id" search "$IDX" --id 123456789 -k 3
+expect 2 "search without QUERIES" search "$IDX" -k 3
+ok "search --id and --vector print the neighbours of one query"
+
 expect 0 "search --json without truth" search "$IDX" "$QUERY" -k 5 --json
 grep -q '"recall": null' "$T/out" || fail "recall is not null without --truth"
 ok "search --json has recall null without --truth"
