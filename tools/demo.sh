@@ -70,6 +70,7 @@ for row, w in enumerate(show):
         if set(got) == set(exact[:8]):
             break
     got = [g if g in exact else "[%s]" % g for g in got]
-    print("%-10s keel (ef %d): %s" % (w, ef, ", ".join(got)))
-    print("%-10s exact:%s %s" % ("", " " * (len(str(ef)) + 6), ", ".join(exact[:8])))
+    label = "keel (ef %d):" % ef
+    print("%-10s %s %s" % (w, label, ", ".join(got)))
+    print("%-10s %s %s" % ("", "exact:".ljust(len(label)), ", ".join(exact[:8])))
 PY
