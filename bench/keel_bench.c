@@ -41,7 +41,9 @@
 **
 ** Built with -DKEEL_BENCH_INTERNALS and -Isrc, the sweep also reports the
 ** distance computations per query, read from the search context the handle
-** keeps after each call, and a URL's cold run what its page cache fetched
+** keeps after each call, a cold run the brings of pages that waited (the
+** search context's waits: the 1st search's, and those of the first 10 and
+** 100 searches, on a JSON line of its own), and a URL's cold run what its page cache fetched
 ** (GETs and bytes, warm's share, the fault thread's granules, disk cache
 ** hits: keel__remote_counters) at the open, the 1st, 10th and 100th result
 ** and the end (internal structures; diagnostics only).
@@ -63,6 +65,9 @@ typedef struct kctx {
     unsigned ef;
     keel_result res[1024];
     long long ndist;
+    /* cold with internals: searches, and the brings of pages that waited
+     * (keel_search_ctx.waits) over the first 1, 10 and 100 of them. */
+    long long nsearch, waits[3], ndist1;
 } kctx;
 
 static void
@@ -85,8 +90,16 @@ k_search(void *cv, const float *q, size_t k, int64_t *ids)
         exit(1);
     }
 #ifdef KEEL_BENCH_INTERNALS
-    if (c->idx->pool)
+    if (c->idx->pool) {
         c->ndist += (long long)c->idx->pool->ndist;
+        long long w = (long long)c->idx->pool->waits;
+        c->nsearch++;
+        c->waits[0] += c->nsearch <= 1 ? w : 0;
+        c->waits[1] += c->nsearch <= 10 ? w : 0;
+        c->waits[2] += c->nsearch <= 100 ? w : 0;
+        if (c->nsearch == 1)
+            c->ndist1 = c->ndist;
+    }
 #endif
     for (size_t i = 0; i < k; i++)
         ids[i] = i < n ? (int64_t)c->res[i].id : -1;
@@ -497,6 +510,13 @@ cmd_cold(const opts *o, int64_t t0, double main_ms)
     bench_cold_opts lim = {o->max_q, o->max_s};
     bench_cold(&e, tag, o->pos[0], t0, main_ms, ready_ms, open_ms, q, nq, dim,
                o->ef, o->k, &lim);
+#ifdef KEEL_BENCH_INTERNALS
+    /* The brings that waited for pages, one after another: the 1st search's
+     * round trips, and those of the first 10 and 100 together. */
+    printf("{%s,\"kind2\":\"waits\",\"q1_waits\":%lld,\"q10_waits\":%lld,"
+           "\"q100_waits\":%lld,\"q1_ndist\":%lld}\n", tag, c.waits[0],
+           c.waits[1], c.waits[2], c.ndist1);
+#endif
     keel_close(c.idx);
     free(q);
     return 0;

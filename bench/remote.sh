@@ -30,7 +30,9 @@
 #                     (KEEL_CACHE_DIR: a new directory per process), the
 #                     memory cache's default bound, for each overlap
 #                     setting (SETTINGS: "policy" is the library's default,
-#                     aheadN runs it with KEEL_BATCH_READS_AHEAD=N,
+#                     aheadN runs it with KEEL_BATCH_READS_AHEAD=N, beamN
+#                     with KEEL_BATCH_READS_BEAM=N (beam1: one expansion
+#                     per step, the walk before the beam),
 #                     a number n runs with KEEL_BATCH_READS_MAX_RUNS=n, so 1
 #                     is serial fetches), without and with --warm;
 #        download     s3_object get (ranged GETs of DL_RANGE_MIB MiB,
@@ -194,6 +196,7 @@ keel_cold() {
     case $1 in
     policy) ;;
     ahead*) env_cap=(KEEL_BATCH_READS_AHEAD="${1#ahead}") ;;
+    beam*) env_cap=(KEEL_BATCH_READS_BEAM="${1#beam}") ;;
     *) env_cap=(KEEL_BATCH_READS_MAX_RUNS="$1") ;;
     esac
     if [ "$2" = 1 ]; then

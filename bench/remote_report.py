@@ -56,6 +56,8 @@ def row_name(r):
         name = "keel, serial fetches (max runs 1)"
     elif s.startswith("ahead"):
         name = "keel, policy, look-ahead %s" % s[5:]
+    elif s.startswith("beam"):
+        name = "keel, policy, beam %s" % s[4:]
     else:
         name = "keel, max runs %s" % s
     return name + (", warm" if warm else "")

@@ -21,6 +21,16 @@
 ** candidates it queues follow in a second batch, read while the walk goes
 ** on. A search of a file known resident has ctx->br NULL and never calls
 ** the module.
+**
+** A cold level-0 walk keeps several expansions in flight (its beam,
+** batch_reads.h keel__br_beam, DiskANN's beam width): once a step has had
+** to wait for pages, the next one pops the nearest `beam` candidates the
+** walk would expand and brings in what all of them measure with one
+** batch, so a walk waits for about a quarter to a half as many batches in
+** a row. A step that finds all it names in memory makes the next expand
+** one, so a walk whose pages are all in answers exactly as a walk of a
+** file in memory; a cold one may answer otherwise, with recall not lower
+** (test_batch_reads, test_remote).
 */
 #include "hnsw/search.h"
 
@@ -186,6 +196,23 @@ br_stopped(keel_search_ctx *c)
     return 1;
 }
 
+/* Brings in c->bwant[0..nw) (KEEL_OK or a bring's code), noting in
+** c->step_cold whether it had to wait for pages (a local file: ranges not
+** known in memory were named; a published index: GETs were sent) and
+** counting such brings in c->waits. */
+static int
+br_bring(const keel_store *st, keel_search_ctx *c, size_t nw)
+{
+    c->step_cold = 0;
+    if (!nw)
+        return KEEL_OK;
+    uint64_t f0 = st->remote ? keel__br_fetches(c->br) : 0;
+    int rc = keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop);
+    c->step_cold = !st->remote || keel__br_fetches(c->br) != f0;
+    c->waits += (uint32_t)c->step_cold;
+    return rc;
+}
+
 /* Brings in the vectors of the ng gathered neighbours (their code rows
 ** while the walk is coded), their slot headers too when hdrs (a filter
 ** reads their ids) and their level-0 records with recs, and with ahead the
@@ -225,9 +252,7 @@ br_vectors(const keel_store *st, const keel_view *v, keel_search_ctx *c,
             }
         }
     }
-    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
-                : 0;
-    return br_result(c, rc);
+    return br_result(c, br_bring(st, c, nw));
 }
 
 /* Brings in what of slot s the walk reads next (`what`: bits 1 << BR_*)
@@ -246,9 +271,7 @@ br_slot(const keel_store *st, keel_search_ctx *c, uint32_t s, unsigned what)
     for (int k = BR_VEC; k <= BR_CODE; k++)
         if (what >> k & 1)
             nw = br_want(st, c, nw, s, k);
-    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
-                : 0;
-    return br_result(c, rc);
+    return br_result(c, br_bring(st, c, nw));
 }
 
 /* Brings in `what` (BR_HDR: slot headers, whose ids are read next; BR_VEC:
@@ -266,8 +289,7 @@ br_slots(const keel_store *st, keel_search_ctx *c, const uint64_t *e,
         /* bwant holds 3 (M0 + 1) ranges */
         for (; i < n && nw < 3 * ((size_t)c->M0 + 1); i++)
             nw = br_want(st, c, nw, keel__pack_slot(e[i]), what);
-        if (nw)
-            rc = keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop);
+        rc = br_bring(st, c, nw);
     }
     return br_result(c, rc);
 }
@@ -371,6 +393,39 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
     return cur;
 }
 
+/* A cold walk's step beyond its first expansion (batch_reads.h
+** keel__br_beam): pops up to width - 1 more candidates that the walk would
+** expand next (bound: the ef-th result so far) and gathers their unvisited
+** neighbours after the ng already gathered, so one batch brings in what
+** all of them measure (DiskANN's beam width). Counts the popped nodes the
+** settling rule counts into *counts (NULL: no rule). Returns the new ng.
+** Their level-0 records came in with their vectors (a published index) or
+** in the batch of queued records (a local file). */
+KEEL_COLD static uint32_t
+beam_gather(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
+            const keel_accept *acc, uint32_t level, uint32_t ef,
+            uint64_t bound, uint32_t width, uint32_t ng, uint32_t *counts,
+            int l1, const int coded)
+{
+    for (uint32_t x = 1; x < width && c->ncand; x++) {
+        if (c->cand[0] > bound && c->nres >= ef)
+            break;
+        uint32_t e = keel__pack_slot(min_pop(c->cand, &c->ncand));
+        if (counts)
+            *counts += accepts(v, acc, e) != 0;
+        uint32_t len;
+        const uint32_t *list = keel__store_list(gr->st, e, level, &len);
+        for (uint32_t j = 0; list && j < len; j++) {
+            uint32_t s = KEEL_LOAD_RELAXED(&list[j]);
+            if (s == KEEL_EMPTY || skip_slot(v, s) || visit(c, s))
+                continue;
+            c->gather[ng] = s;
+            c->gvec[ng++] = walk_row(gr, s, l1, coded);
+        }
+    }
+    return ng;
+}
+
 /* The walk of keel__search_layer, compiled four times: cold (c->br or
 ** c->stop set: pages to bring in, a call to poll) and hot (neither), so a
 ** search of a file in memory runs a loop with none of the cold path's
@@ -416,12 +471,16 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
     if (quiet_max && c->nres)
         nearest[nnear++] = c->res[0];
 
+    /* A cold walk's step expands `width` candidates together (its beam,
+     * keel__br_beam_of): one until a step has had to bring pages in, and
+     * one again after a step that found them all in memory. */
+    uint32_t width = 1;
     while (c->ncand) {
         uint64_t top = min_pop(c->cand, &c->ncand);
         if (top > bound && c->nres >= ef)
             break;
         /* Whether this expansion counts toward the settling rule. */
-        const int counts = quiet_max && accepts(v, acc, keel__pack_slot(top));
+        uint32_t counts = quiet_max && accepts(v, acc, keel__pack_slot(top));
         /* The next candidate is most often the one after: its list into
          * L1 while this one is expanded (+2-5% QPS). */
         if (c->ncand)
@@ -439,6 +498,9 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
             c->gather[ng] = s;
             c->gvec[ng++] = walk_row(gr, s, l1, coded);
         }
+        if (cold && width > 1)
+            ng = beam_gather(gr, v, c, acc, level, ef, bound, width, ng,
+                             quiet_max ? &counts : NULL, l1, coded);
         if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return -1;
         /* A published index: the neighbours' records come with their
@@ -453,6 +515,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
                             : br_stopped(c) ? -2 : 0;
             if (brc)
                 return brc;
+            width = c->br && c->step_cold ? KEEL_MAX(c->beam, 1u) : 1;
         }
         size_t nq = 0; /* queued candidates whose records to bring in */
         /* Four at a time: the query is loaded once for the four, four
@@ -495,7 +558,7 @@ layer_walk(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
         c->ndist += ng;
         if (budget && c->ndist > budget)
             return 1;
-        if (counts && nnear == watch && ++quiet >= quiet_max)
+        if (counts && nnear == watch && (quiet += counts) >= quiet_max)
             break;
     }
     return 0;
@@ -552,9 +615,7 @@ br_scan_chunk(const keel_store *st, keel_search_ctx *c,
     nw = keel__br_want(c->br, c->bwant, nw,
                        KEEL_LOAD_RELAXED(&sg->vecs) + i * st->g.vec_bytes,
                        n * st->g.vec_bytes, base, sg->off, sg->bytes);
-    int rc = nw ? keel__br_local(c->br, c->bwant, nw, &c->bscratch, c->stop)
-                : 0;
-    return br_result(c, rc);
+    return br_result(c, br_bring(st, c, nw));
 }
 
 /* The exact answer: every accepted vector measured. 0, -1 out of memory,
@@ -841,15 +902,18 @@ keel__search_knn(const keel_graph *gr, const keel_view *v,
         return KEEL_OK;
     uint32_t efk = (uint32_t)KEEL_MAX((size_t)ef, k);
     c->ndist = 0;
+    c->waits = 0;
     /* A cold search: its record is given back when the ids are read too
      * (their table's faults then also read their page alone). */
     keel_br_record *cold = keel__br_record(&c->brc, gr->st, v, efk);
     c->br = cold;
-    c->ahead = cold ? keel__br_remote_ahead(gr->st, gr->M0) : 0;
+    c->beam = cold ? keel__br_beam_of(gr->st, gr->M0) : 1;
+    c->ahead = cold ? keel__br_remote_ahead(gr->st, gr->M0, c->beam) : 0;
     keel__search_code_query(gr, c, q);
     int rc = search_knn(gr, v, c, q, k, efk, acc, out, n_out);
     c->br = NULL;
     c->coded = 0;
+    c->beam = 0;
     c->ahead = 0;
     if (cold)
         keel__br_done(cold);

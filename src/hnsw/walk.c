@@ -16,9 +16,11 @@ keel__search_ctx_new(const keel_graph *gr)
         return NULL;
     c->dim = gr->dim;
     c->M0 = gr->M0;
-    c->gather = keel__malloc((gr->M0 + 1) * sizeof *c->gather);
-    c->gvec = keel__malloc((gr->M0 + 1) * sizeof *c->gvec);
-    c->gdist = keel__malloc((gr->M0 + 1) * sizeof *c->gdist);
+    /* A cold walk's step gathers the lists of up to KEEL_BR_BEAM_MAX. */
+    size_t ng = KEEL_BR_BEAM_MAX * ((size_t)gr->M0 + 1);
+    c->gather = keel__malloc(ng * sizeof *c->gather);
+    c->gvec = keel__malloc(ng * sizeof *c->gvec);
+    c->gdist = keel__malloc(ng * sizeof *c->gdist);
     c->qbuf = keel__malloc(gr->dim * sizeof(float));
     c->vbuf = keel__malloc(gr->dim * sizeof(float));
     c->cq.qu = keel__malloc(KEEL_CODE_QUERY_BYTES(gr->dim));

@@ -18,9 +18,10 @@
 #include "hnsw/codes.h"
 
 /* bwant's room: lists of M0 + 1 ranges (a vector, record and header each
-** for one expansion; a vector and record each for every queued candidate
-** a remote walk looks ahead to, batch_reads.h keel__br_ahead). */
-#define KEEL_WANT_LISTS (3u + 2u * KEEL_BR_AHEAD_MAX)
+** for every expansion of a cold walk's step, batch_reads.h keel__br_beam;
+** a vector and record each for every queued candidate a remote walk looks
+** ahead to, keel__br_ahead). */
+#define KEEL_WANT_LISTS (3u * KEEL_BR_BEAM_MAX + 2u * KEEL_BR_AHEAD_MAX)
 
 /* The most nearest entries a k-NN walk's settling rule watches. */
 #define KEEL_WATCH_MAX 64
@@ -34,7 +35,8 @@ typedef struct keel_search_ctx {
     size_t ncand, cand_cap;
     uint64_t *res;            /* max-heap of packed entries */
     size_t nres, res_cap;
-    uint32_t *gather;         /* neighbours to measure, M0 */
+    uint32_t *gather;         /* neighbours to measure: M0 + 1 for each
+                                 expansion of a step, KEEL_BR_BEAM_MAX */
     const void **gvec;        /* their vectors */
     float *gdist;             /* their distances (grouped kernels) */
     float *qbuf;              /* the query as searched (normalized) */
@@ -59,6 +61,15 @@ typedef struct keel_search_ctx {
     keel_br_range *bwant;     /* KEEL_WANT_LISTS (M0 + 1) ranges: a vector,
                                * record and slot header per neighbour */
     keel_br_scratch bscratch;
+    uint32_t beam;            /* expansions per step of a cold level-0
+                               * walk (keel__br_beam_of), set for each
+                               * search, 0 after */
+    int step_cold;            /* the last bring of pages named some not
+                               * known in memory (a local file), or
+                               * sent GETs (a published index) */
+    uint32_t waits;           /* brings of the last k-NN search that had
+                               * to wait for pages (step_cold): its round
+                               * trips one after another, for measurements */
     uint32_t ahead;           /* a remote level-0 walk's look-ahead
                                * (keel__br_remote_ahead; 0 for a local
                                * file), set for each search, 0 after */

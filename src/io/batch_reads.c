@@ -289,3 +289,25 @@ keel__br_set_ahead(int n)
     uint32_t v = n < 0 ? 0 : KEEL_MIN((uint32_t)n, KEEL_BR_AHEAD_MAX) + 1;
     __atomic_store_n(&br_ahead, v, __ATOMIC_RELAXED);
 }
+
+/* --- the beam of a cold walk ---------------------------------------------- */
+
+static uint32_t br_beam; /* atomic: 0 until read from the environment */
+
+uint32_t
+keel__br_beam(void)
+{
+    uint32_t n = __atomic_load_n(&br_beam, __ATOMIC_RELAXED);
+    if (KEEL_LIKELY(n))
+        return n;
+    n = env_whole("KEEL_BATCH_READS_BEAM", 1, KEEL_BR_BEAM_MAX, KEEL_BR_BEAM);
+    __atomic_store_n(&br_beam, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+void
+keel__br_set_beam(uint32_t n)
+{
+    __atomic_store_n(&br_beam, KEEL_MIN(n, KEEL_BR_BEAM_MAX),
+                     __ATOMIC_RELAXED);
+}

@@ -146,6 +146,23 @@ void keel__br_set_max_runs(uint32_t n);
 uint32_t keel__br_ahead(void);
 void keel__br_set_ahead(int n);
 
+/* The beam of a cold walk (DiskANN's beam width): while the pages a walk
+** reads are not all in memory, each step expands the nearest
+** keel__br_beam() unexpanded candidates together and brings the vectors
+** and records of all their neighbours in with one batch, so a walk of 60
+** to 100 expansions waits for a quarter to a tenth as many round trips. A
+** step that finds everything in memory makes the next one expand one
+** candidate, as a walk of a file in memory does (hnsw/search.c). Measured
+** in doc/batch_reads.md and doc/object_storage_bench.md. */
+#define KEEL_BR_BEAM 8u
+#define KEEL_BR_BEAM_MAX 16u
+/* KEEL_BR_BEAM, or KEEL_BATCH_READS_BEAM from the environment, read once
+** (a diagnostic: a whole number from 1 to KEEL_BR_BEAM_MAX; anything else
+** is ignored; 1 is the walk of one expansion at a time). Tests set it with
+** keel__br_set_beam (0: back to the environment's). */
+uint32_t keel__br_beam(void);
+void keel__br_set_beam(uint32_t n);
+
 /* How many runs a batch of `extents` extents reads when granted `granted`
 ** extra runs, and where run i starts (the sizing rule, (3) above). */
 static inline uint32_t

@@ -26,16 +26,42 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* Lists of M0 + 1 ranges, each within two granules, that one fetch of a
+** walk of st may name: as many as keep it within a quarter of st's memory
+** bound (mem_limit counts granules). */
+static uint64_t
+fetch_room(const keel_store *st, uint32_t M0)
+{
+    return st->remote->mem_limit / 4 / (2 * ((uint64_t)M0 + 1));
+}
+
 uint32_t
-keel__br_remote_ahead(const keel_store *st, uint32_t M0)
+keel__br_beam_of(const keel_store *st, uint32_t M0)
+{
+    uint32_t beam = keel__br_beam();
+    if (!st->remote)
+        return beam;
+    /* Three lists (vector, record, header) per expansion. */
+    uint64_t fit = fetch_room(st, M0) / 3;
+    return (uint32_t)KEEL_MAX(KEEL_MIN((uint64_t)beam, fit), 1);
+}
+
+uint32_t
+keel__br_remote_ahead(const keel_store *st, uint32_t M0, uint32_t beam)
 {
     if (!st->remote)
         return 0;
-    /* A fetch names (3 + 2 a)(M0 + 1) ranges, each within two granules;
-     * mem_limit counts granules. */
-    uint64_t room = st->remote->mem_limit / 4 / (2 * ((uint64_t)M0 + 1));
-    uint64_t fit = room > 3 ? (room - 3) / 2 : 0;
+    /* A fetch names (3 beam + 2 a)(M0 + 1) ranges. */
+    uint64_t room = fetch_room(st, M0);
+    uint64_t fit = room > 3 * (uint64_t)beam ? (room - 3 * (uint64_t)beam) / 2
+                                             : 0;
     return (uint32_t)KEEL_MIN((uint64_t)keel__br_ahead(), fit);
+}
+
+uint64_t
+keel__br_fetches(const keel_br_record *rec)
+{
+    return rec->st->remote ? KEEL_LOAD_RELAXED(&rec->st->remote->n.rounds) : 0;
 }
 
 /* --- the residency record ------------------------------------------------ */

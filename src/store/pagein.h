@@ -77,14 +77,27 @@ typedef struct keel_br_cache {
 ** faults its pages in one by one, as without this module). */
 keel_br_record *keel__br_record(keel_br_cache *c, const keel_store *st,
                                 const keel_view *v, uint32_t ef);
+/* How many candidates a cold level-0 walk of st expands in one step
+** (io/batch_reads.h keel__br_beam), for a graph of M0 links at level 0:
+** keel__br_beam() for a local file; for a published index as many as keep
+** one fetch's granules (3 (M0 + 1) ranges per expansion, each within two
+** granules) within a quarter of st's memory bound, at least 1. */
+uint32_t keel__br_beam_of(const keel_store *st, uint32_t M0);
 /* How many queued candidates a level-0 walk of st (a published index;
 ** 0 for a local file) looks ahead to (io/batch_reads.h keel__br_ahead),
-** with M0 + 1 ranges of vector and record each per candidate: as many as
-** keep one fetch's granules within a quarter of st's memory bound, so
-** installing them never evicts what the walk fetched a step before or the
-** records it reads to look ahead (with the 8 MiB floor, none; with the
-** 1 GiB default and M 16, the full 8). */
-uint32_t keel__br_remote_ahead(const keel_store *st, uint32_t M0);
+** with M0 + 1 ranges of vector and record each per candidate, beside the
+** beam's 3 beam (M0 + 1): as many as keep one fetch's granules within a
+** quarter of st's memory bound, so installing them never evicts what the
+** walk fetched a step before or the records it reads to look ahead (with
+** the 8 MiB floor, none; with the 1 GiB default, M 16 and a beam of 8,
+** the full 8). */
+uint32_t keel__br_remote_ahead(const keel_store *st, uint32_t M0,
+                               uint32_t beam);
+
+/* Fetches that sent GETs so far (cache.h's rounds counter) for a published
+** index; 0 for a local file. A walk compares it around a bring to learn
+** whether that bring waited for a round trip. */
+uint64_t keel__br_fetches(const keel_br_record *rec);
 
 /* The search that got rec from keel__br_record has ended (every record
 ** returned is given back exactly once). */

@@ -53,7 +53,9 @@ int td_write_file(const char *path, const void *data, size_t len);
 /* 1 when a and b answer the nq queries at q (dim floats each) alike: the
 ** same number of results (at least one), the same ids and the same
 ** distance bits, with params p (may be NULL) and at most 64 results each.
-** Says on stderr where they first differ. */
+** Says on stderr where they first differ. Searches with a cold walk's
+** beam of 1 (batch_reads.h keel__br_beam), the walk that answers bit for
+** bit as a file in memory does. */
 int td_same_answers(keel_index *a, keel_index *b, const float *q, size_t nq,
                     uint32_t dim, size_t k, const keel_search_params *p);
 
