@@ -1062,12 +1062,12 @@ ok "ann-benchmarks .hdf5: train builds, test and neighbors search (recall $recal
 # The distance attribute as h5py writes a Python str (variable-length
 # UTF-8, the glove-angular fixture above), as other writers do (ASCII), as
 # a fixed-length UTF-8 string; and a metric keel cannot serve.
-"$MKHDF5" --ascii "$T/ascii-angular.hdf5" angular "$BASE" "$QUERY" "$TRUTH" ||
+"$MKHDF5" --ascii "$T/ascii-angular.hdf5" angular "$T/three.fvecs" "$QUERY" "$TRUTH" ||
     fail "cannot write an HDF5 file"
 expect 0 "build from an ASCII angular .hdf5" build "$T/h5as.keel" "$T/ascii-angular.hdf5"
 expect 0 "info" info "$T/h5as.keel"
 [ "$(field metric)" = cosine ] || fail "ASCII distance angular did not give metric cosine"
-"$MKHDF5" "$T/glove-jaccard.hdf5" jaccard "$BASE" "$QUERY" "$TRUTH" ||
+"$MKHDF5" "$T/glove-jaccard.hdf5" jaccard "$T/three.fvecs" "$QUERY" "$TRUTH" ||
     fail "cannot write an HDF5 file"
 expect 1 "build from a jaccard .hdf5" build "$T/h5j.keel" "$T/glove-jaccard.hdf5"
 grep -q "says its distance is 'jaccard', which keel does not compute" "$T/err" ||
