@@ -23,8 +23,12 @@
 
 #include "base/internal.h"
 #include "api/api.h"
+#include "api/publish.h"
 #include "cache/cache.h"
 #include "s3/s3.h"
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #define DIM 32
 #define N 3000
@@ -766,6 +770,126 @@ TEST(a_store_that_says_every_version_exists_is_walked_a_bounded_way)
     CHECK_EQ(keel_count(r), N + 200);
     CHECK(same_results(r, w, 95));
     alarm(0);
+    keel_close(r);
+    proxy_down(p);
+    keel_close(w);
+}
+
+
+/* --- a publisher killed at every request ------------------------------------- */
+
+/* The packs manifest seq of url names, asked of the gateway directly; -1
+** on an error. */
+static long
+named_packs(const char *url, uint64_t seq)
+{
+    char b[64], prefix[1024], key[1400];
+    keel_s3_config cfg = {.endpoint = direct_url};
+    keel_s3 *s3;
+    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
+        keel__s3_open(&cfg, &s3))
+        return -1;
+    keel__man_key(key, sizeof key, prefix, seq);
+    void *d;
+    size_t n;
+    keel_manifest m;
+    long packs = -1;
+    if (keel__s3_get(s3, b, key, NULL, KEEL_MAN_MAX_BYTES, &d, &n, NULL) ==
+        KEEL_OK) {
+        if (keel__manifest_decode(d, n, key, seq, &m) == KEEL_OK) {
+            packs = (long)m.npacks;
+            keel__manifest_free(&m);
+        }
+        keel__free(d);
+    }
+    keel__s3_close(s3);
+    return packs;
+}
+
+/* A publish (from a reader of the file, in a child process, through the
+** proxy) is killed with SIGKILL while the proxy holds its k-th request,
+** for k = 0, 1, ... until one gets through: after each kill a reader
+** opens version 1 whole (or version 2, once the kill came after its
+** manifest), the next publish works, and after one more version a prune
+** leaves no pack that a kept manifest does not name. */
+TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
+{
+    NEED_SERVER();
+    char url[256], path[600];
+    url_of(url, sizeof url, "kill-each");
+    snprintf(path, sizeof path, "%s", test_path("kill-each.keel"));
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    go_direct();
+    keel_index *w = build(path, url, 101);
+    CHECK(w != NULL);
+    more_flushed(w, 400, 102);
+    int kills = 0, committed = 0, k = 0;
+    for (; k < 64 && !committed; k++) {
+        s3proxy_clear(p);
+        s3proxy_stall_after(p, (unsigned)k, 1);
+        uint64_t stalls = pc(p).stalls;
+        via(p);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            keel_index *r;
+            keel_publish_options po = {.pack_bytes = 1u << 17};
+            _exit(keel_open_reader(path, NULL, &r) ||
+                          keel_publish(r, url, &po)
+                      ? 1
+                      : 0);
+        }
+        go_direct();
+        int st = 0, done = 0;
+        for (int t = 0; t < 3000 && !done; t++) {
+            if (pc(p).stalls > stalls)
+                break; /* the child waits on request k */
+            done = waitpid(pid, &st, WNOHANG) == pid;
+            if (!done) {
+                struct timespec ts = {0, 2000000L};
+                nanosleep(&ts, NULL);
+            }
+        }
+        if (!done) {
+            kill(pid, SIGKILL);
+            CHECK(waitpid(pid, &st, 0) == pid);
+            kills++;
+        } else {
+            CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "the publish with nothing held failed");
+        }
+        long man = objects(url, "/manifest/");
+        CHECK(man == 1 || man == 2);
+        committed = man == 2;
+        keel_index *r;
+        CHECK_OK(keel_open_reader(url, NULL, &r));
+        CHECK_EQ(SEQ(r), (uint64_t)man);
+        CHECK_EQ(keel_count(r), man == 2 ? N + 400 : N);
+        if (man == 2)
+            CHECK(same_results(r, w, 103));
+        keel_close(r);
+    }
+    printf("     %d publishes killed at requests 0..%d, then one went "
+           "through\n", kills, k - 1);
+    CHECK(committed);
+    CHECK(kills >= 5);
+    /* a version after it, a second later; then the leftovers go */
+    struct timespec sec = {1, 100000000L};
+    nanosleep(&sec, NULL);
+    more_flushed(w, 100, 104);
+    CHECK_OK(keel_publish(w, url, NULL));
+    keel_prune_options o = {.orphan_grace_s = 1};
+    CHECK_OK(keel_prune(url, 1, &o));
+    long left = objects(url, "/pack/"), named = named_packs(url, 3);
+    printf("     after a prune keeping 1: %ld packs, %ld named by version "
+           "3\n", left, named);
+    CHECK(named > 0);
+    CHECK_EQ(left, named);
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_EQ(SEQ(r), 3);
+    CHECK(same_results(r, w, 105));
     keel_close(r);
     proxy_down(p);
     keel_close(w);

@@ -79,6 +79,7 @@ struct s3proxy {
     pthread_mutex_t mu;  /* the fields below, and each conn's done/next */
     conn *conns;
     unsigned fail_skip, fail_left, stall_left; /* the schedule */
+    unsigned stall_skip;
     int fail_status, only_gets;
     char only_key[256];  /* faults only to targets holding it ("" all) */
     int head_ok;         /* answer every HEAD 200 itself */
@@ -397,7 +398,9 @@ decide(s3proxy *p, int is_get, const char *target, int *status,
     pthread_mutex_lock(&p->mu);
     if ((!p->only_gets || is_get) &&
         (!p->only_key[0] || strstr(target, p->only_key))) {
-        if (p->stall_left) {
+        if (p->stall_left && p->stall_skip) {
+            p->stall_skip--;
+        } else if (p->stall_left) {
             p->stall_left--;
             act = STALL;
         } else if (p->fail_left) {
@@ -834,7 +837,14 @@ s3proxy_head_always_ok(s3proxy *p, int on)
 void
 s3proxy_stall_next(s3proxy *p, unsigned n)
 {
+    s3proxy_stall_after(p, 0, n);
+}
+
+void
+s3proxy_stall_after(s3proxy *p, unsigned skip, unsigned n)
+{
     pthread_mutex_lock(&p->mu);
+    p->stall_skip = skip;
     p->stall_left = n;
     pthread_mutex_unlock(&p->mu);
 }
@@ -843,7 +853,7 @@ void
 s3proxy_clear(s3proxy *p)
 {
     pthread_mutex_lock(&p->mu);
-    p->fail_skip = p->fail_left = p->stall_left = 0;
+    p->fail_skip = p->fail_left = p->stall_left = p->stall_skip = 0;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -16,6 +16,7 @@
 **   stall_next(n)   take the next n requests (of the kind faults apply
 **                   to) and never answer them: the connection stays open
 **                   until the client gives up or the proxy stops
+**   stall_after(k, n)  let k requests through first, then as stall_next
 **   fail_next(n, s) answer the next n requests with status s (503: an S3
 **                   SlowDown error, 500: InternalError, others a generic
 **                   S3 error body), after reading and dropping the
@@ -83,6 +84,8 @@ void s3proxy_fail_only_gets(s3proxy *p, int on);
 void s3proxy_fail_only_key(s3proxy *p, const char *part);
 void s3proxy_head_always_ok(s3proxy *p, int on);
 void s3proxy_stall_next(s3proxy *p, unsigned n);
+/* Lets skip requests through first, then as stall_next. */
+void s3proxy_stall_after(s3proxy *p, unsigned skip, unsigned n);
 /* Cancels pending fails, cuts and stalls (not the delay). */
 void s3proxy_clear(s3proxy *p);
 
