@@ -675,6 +675,46 @@ TEST(public_calls_end_within_their_deadlines_under_slow_or_lost_answers)
     CHECK_API_FAULT(o, 15);
 }
 
+static int
+cancel_after_half_a_second_since(void *arg)
+{
+    return test_now() - *(double *)arg > 0.5;
+}
+
+/* A publish whose PUTs are never answered, cancelled after 0.5 s, under a
+** stall timeout of 20 s: the cancel ends it, not the timeout. */
+static int
+api_publish_cancelled(keel_s3 *s3, outcome *o)
+{
+    (void)s3;
+    (void)o;
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "20", 1);
+    keel_index *idx = NULL;
+    static double t0;
+    int rc = keel_open(api_path, API_DIM, NULL, &idx);
+    if (rc == KEEL_OK) {
+        float v[API_DIM] = {(float)test_now()};
+        t0 = test_now();
+        if ((rc = keel_add(idx, v, NULL)) == KEEL_OK &&
+            (rc = keel_flush(idx)) == KEEL_OK &&
+            (rc = keel_set_cancel(idx, cancel_after_half_a_second_since,
+                                  &t0)) == KEEL_OK)
+            rc = keel_publish(idx, API_URL, NULL);
+        keel_close(idx);
+    }
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "2", 1);
+    return rc;
+}
+
+TEST(a_cancel_ends_a_publish_whose_requests_are_not_answered)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    outcome o = run_case("mode=lost&method=PUT", api_publish_cancelled, 30);
+    CHECK_API_FAULT(o, 5);
+    CHECK_EQ(o.rc, KEEL_ECANCELED);
+}
+
 TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)
 {
     NEED_HOSTILE();

@@ -784,6 +784,8 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
         snprintf(p->url, sizeof p->url, "s3://%s/%s", p->bucket, p->prefix);
         rc = keel__s3_open(NULL, &p->s3);
     }
+    if (!rc) /* every request of the publish polls the handle's cancel */
+        keel__s3_set_stop(p->s3, &stop);
     if (!rc && !idx->writer) {
         rc = publish_reader(p, idx, h);
     } else if (!rc) {
