@@ -49,12 +49,24 @@ print_info_text(const char *path, const keel_stats *st)
     printf("%-16s %s\n", "segments:", cli_commas(st->segments, n, sizeof n));
     printf("%-16s %s\n", "heap chunks:",
            cli_commas(st->heap_chunks, n, sizeof n));
-    printf("%-16s %s (%s, the length ls -l shows)\n", "file bytes:",
-           cli_commas(st->file_bytes, n, sizeof n),
-           cli_bytes(st->file_bytes, a, sizeof a));
-    printf("%-16s %s (%s on disk, as du shows)\n", "allocated bytes:",
-           cli_commas(st->allocated_bytes, n, sizeof n),
-           cli_bytes(st->allocated_bytes, b, sizeof b));
+    if (strncmp(path, "s3://", 5) == 0) {
+        /* A published index: no file here, but its image and what this
+        ** reader has fetched of it into memory. */
+        printf("%-16s %s (%s, the published file's length)\n",
+               "file bytes:", cli_commas(st->file_bytes, n, sizeof n),
+               cli_bytes(st->file_bytes, a, sizeof a));
+        printf("%-16s %s (%s of its pages fetched into memory)\n",
+               "allocated bytes:",
+               cli_commas(st->allocated_bytes, n, sizeof n),
+               cli_bytes(st->allocated_bytes, b, sizeof b));
+    } else {
+        printf("%-16s %s (%s, the length ls -l shows)\n", "file bytes:",
+               cli_commas(st->file_bytes, n, sizeof n),
+               cli_bytes(st->file_bytes, a, sizeof a));
+        printf("%-16s %s (%s on disk, as du shows)\n", "allocated bytes:",
+               cli_commas(st->allocated_bytes, n, sizeof n),
+               cli_bytes(st->allocated_bytes, b, sizeof b));
+    }
     printf("%-16s %llu\n", "snapshot:", (unsigned long long)st->snapshot);
 }
 

@@ -24,7 +24,10 @@ PY
 URL="s3://$KEEL_TEST_BUCKET/test-cli/$$/idx"
 "$KEEL" build i.keel v.fvecs >/dev/null || fail "build"
 "$KEEL" publish i.keel "$URL" | grep -q "published i.keel to $URL" || fail "publish"
-"$KEEL" info "$URL" | grep -q "live vectors: *2,000" || fail "info on the URL"
+"$KEEL" info "$URL" >info.txt || fail "info on the URL"
+grep -q "live vectors: *2,000" info.txt || fail "info on the URL: $(cat info.txt)"
+grep -q "as du shows" info.txt && fail "info on a URL speaks of du: $(cat info.txt)"
+grep -q "pages fetched into memory" info.txt || fail "info on a URL: $(cat info.txt)"
 "$KEEL" check "$URL" | grep -q "^ok: $URL" || fail "check on the URL"
 "$KEEL" search i.keel v.fvecs -k 5 --out file.tsv >/dev/null 2>&1 || fail "search the file"
 KEEL_CACHE_DIR="$T/cache" "$KEEL" search "$URL" v.fvecs -k 5 --out url.tsv >/dev/null 2>&1 ||
