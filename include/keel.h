@@ -369,7 +369,11 @@ int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
 ** KEEL_ECANCELED within about 0.05 s plus one GET (a page fault being
 ** served finishes first). The reader is unchanged (pages fetched whole
 ** stay cached; nothing partial is kept) and the next search works as
-** before. Searches of a file never call fn. Once fn has returned nonzero
+** before. Searches of a file never call fn. keel_publish asks fn the
+** same way, between pages and while its requests wait; a nonzero return
+** publishes nothing (packs already sent are left
+** for keel_prune, as an interrupted publish's are). The version walk of a
+** URL reader's refresh asks it too. Once fn has returned nonzero
 ** the call fails with KEEL_ECANCELED, whatever else happened. fn must not
 ** call keel on the handle. NULL turns it off. Belongs to the handle. Both
 ** setters wait for a write or a search in progress on the handle. */

@@ -895,4 +895,49 @@ TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
     keel_close(w);
 }
 
+
+/* --- cancelling a publish ------------------------------------------------------ */
+
+static int
+always_stop(void *arg)
+{
+    (*(int *)arg)++;
+    return 1;
+}
+
+/* A publish whose every request is slow (80 ms) is cancelled by the
+** handle's callback: KEEL_ECANCELED soon after the first ask, and no
+** version is made; without the callback the next publish works. */
+TEST(a_cancel_stops_a_slow_publish_and_publishes_nothing)
+{
+    NEED_SERVER();
+    char url[256];
+    url_of(url, sizeof url, "cancel-publish");
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    go_direct();
+    keel_index *w = build(test_path("cancel-publish.keel"), url, 111);
+    CHECK(w != NULL);
+    more_flushed(w, 200, 112);
+    via(p);
+    s3proxy_set_delay_ms(p, 80);
+    int asked = 0;
+    CHECK_OK(keel_set_cancel(w, always_stop, &asked));
+    double t0 = test_now();
+    CHECK_ERR(keel_publish(w, url, NULL), KEEL_ECANCELED);
+    double dt = test_now() - t0;
+    printf("     cancelled after %.2f s, %d asks: %.*s\n", dt, asked,
+           (int)strcspn(keel_errmsg(), "\n"), keel_errmsg());
+    CHECK(asked >= 1);
+    CHECK(dt < 2.0);
+    CHECK_MSG_HAS("help:");
+    CHECK_EQ(objects(url, "/manifest/"), 1);
+    CHECK_OK(keel_set_cancel(w, NULL, NULL));
+    s3proxy_set_delay_ms(p, 0);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_EQ(objects(url, "/manifest/"), 2);
+    proxy_down(p);
+    keel_close(w);
+}
+
 TEST_MAIN()

@@ -416,7 +416,8 @@ find_previous(pub *p)
     if (rc == KEEL_OK) {
         seq = keel__latest_parse(data, len);
         keel__free(data);
-    } else if (rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) {
+    } else if ((rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) ||
+               rc == KEEL_ECANCELED) {
         return keel__wrap(rc, "publishing to %s: ", p->url);
     }
     keel__clear_error(); /* a hint that cannot be read says nothing */
