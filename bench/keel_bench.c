@@ -41,12 +41,13 @@
 **
 ** Built with -DKEEL_BENCH_INTERNALS and -Isrc, the sweep also reports the
 ** distance computations per query, read from the search context the handle
-** keeps after each call, a cold run the brings of pages that waited (the
+** keeps after each call; a cold run the brings of pages that waited (the
 ** search context's waits: the 1st search's, and those of the first 10 and
-** 100 searches, on a JSON line of its own), and a URL's cold run what its page cache fetched
-** (GETs and bytes, warm's share, the fault thread's granules, disk cache
-** hits: keel__remote_counters) at the open, the 1st, 10th and 100th result
-** and the end (internal structures; diagnostics only).
+** 100 searches, on a JSON line of its own); and a URL's cold run what its
+** page cache fetched (GETs and bytes, warm's share, the fault thread's
+** granules, disk cache hits: keel__remote_counters) at the open, the 1st,
+** 10th and 100th result and the end (internal structures; diagnostics
+** only).
 */
 #define _GNU_SOURCE 1
 
