@@ -27,16 +27,18 @@ keel file. doc/python.md lists every difference from hnswlib and why.
 """
 
 import functools
+import operator
 import os
 import sys
 import tempfile
 import threading
+import warnings
 
 import numpy as np
 
 from . import _keel
 from ._errors import IdNotFoundError, NotAnIndexError
-from ._hnswfiles import read_bruteforce, read_hnswlib, read_sidecar, \
+from ._hnswfiles import SIDECAR, read_bruteforce, read_hnswlib, read_sidecar, \
     write_bruteforce, write_sidecar
 from ._index import IndexReader, VectorIndex
 
@@ -51,6 +53,22 @@ def _space(space):
     if space not in _SPACES:
         raise RuntimeError("Space name must be one of l2, ip, or cosine.")
     return space
+
+
+def _size_t(value, name):
+    """value as hnswlib's size_t arguments take it: an integer (a Python
+    or numpy one) at least 0; anything else raises TypeError, as
+    hnswlib's binding does (a float is not truncated to a label)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %r\nhelp: give a whole "
+                        "number (hnswlib takes no %s here)"
+                        % (name, value, type(value).__name__)) from None
+    if v < 0:
+        raise TypeError("%s must be at least 0, not %d\nhelp: give a whole "
+                        "number from 0 up" % (name, v))
+    return v
 
 
 def _rows(data):
@@ -210,11 +228,11 @@ class Index:
                    random_seed=100, allow_replace_deleted=False):
         if self._ix is not None:
             raise RuntimeError("The index is already initiated.")
-        self._m = int(M)
-        self._efc = int(ef_construction)
-        self._seed = int(random_seed)
+        self._m = _size_t(M, "M")
+        self._efc = _size_t(ef_construction, "ef_construction")
+        self._seed = _size_t(random_seed, "random_seed")
         self._replace = bool(allow_replace_deleted)
-        self._max = int(max_elements)
+        self._max = _size_t(max_elements, "max_elements")
         opts = dict(metric=self.space, max_connections=self._m,
                     ef_construction=self._efc)
         if self._path is not None and os.path.exists(self._path):
@@ -232,15 +250,17 @@ class Index:
     def load_index(self, path_to_index, max_elements=0,
                    allow_replace_deleted=False):
         path = os.fsdecode(path_to_index)
+        max_elements = _size_t(max_elements, "max_elements")
         if self._ix is not None:
             print("Warning: Calling load_index for an already inited index. "
                   "Old index is being deallocated.", file=sys.stderr)
             self._close_backing()
         url = path.startswith("s3://")
+        own = not url and self._path is not None and \
+            os.path.abspath(path) == os.path.abspath(self._path)
         if url:
             ix = IndexReader(path)
-        elif self._path is not None and os.path.abspath(path) == \
-                os.path.abspath(self._path):
+        elif own:
             ix = VectorIndex(path, None)
         else:
             if not os.path.exists(path):
@@ -257,6 +277,10 @@ class Index:
                 % (path, st["metric"], st["dimensions"], self.space, self.dim,
                    st["metric"], st["dimensions"]))
         self._ix = ix
+        if not own:
+            # The loaded index is not the file of path=: its saves must not
+            # write that file's .hnswlib (nor flush() claim that file).
+            self._path = None
         self._m = int(st["max_connections"])
         self._efc = 200
         self._ef = 10
@@ -378,9 +402,18 @@ class Index:
                 "The number of elements exceeds the specified limit\nhelp: "
                 "the index holds %d of max_elements %d and these add %d: call "
                 "resize_index() first" % (self._count, self._max, new_slots))
+        # keel has no replace: the labels there go, then come back with
+        # their new vectors; if keel refuses the batch (all of it), their
+        # old vectors come back instead.
+        old = ix.get(update) if update.size else None
         if update.size:
             ix.delete(update)
-        ix.add_batch(x, labels)
+        try:
+            ix.add_batch(x, labels)
+        except BaseException:
+            if old is not None:
+                ix.add_batch(old, update)
+            raise
         for label in plan_unmark:
             del deleted[label]
         for label in taken:
@@ -407,7 +440,7 @@ class Index:
             raise RuntimeError("Wrong dimensionality of the vectors\nhelp: "
                                "give queries of %d values (these have %d)"
                                % (self.dim, x.shape[1]))
-        k = int(k)
+        k = _size_t(k, "k")
         n = x.shape[0]
         if k == 0 or n == 0:
             return (np.zeros((n, k), np.uint64), np.zeros((n, k), np.float32))
@@ -425,7 +458,7 @@ class Index:
         return labels, dist
 
     def set_ef(self, ef):
-        self._ef = int(ef)
+        self._ef = _size_t(ef, "ef")
 
     def set_num_threads(self, num_threads):
         self.num_threads = int(num_threads)
@@ -434,8 +467,8 @@ class Index:
 
     @_changes
     def mark_deleted(self, label):
+        label = _size_t(label, "label")
         ix = self._inited()
-        label = int(label)
         if label in self._deleted:
             raise RuntimeError(
                 "The requested to delete element is already deleted")
@@ -448,8 +481,8 @@ class Index:
 
     @_changes
     def unmark_deleted(self, label):
+        label = _size_t(label, "label")
         ix = self._inited()
-        label = int(label)
         vec = self._deleted.get(label)
         if vec is None:
             if label in ix:
@@ -461,12 +494,13 @@ class Index:
 
     @_changes
     def resize_index(self, new_size):
+        new_size = _size_t(new_size, "new_size")
         self._inited()
-        if int(new_size) < self._count:
+        if new_size < self._count:
             raise RuntimeError(
                 "Cannot resize, max element is less than the current number "
                 "of elements")
-        self._max = int(new_size)
+        self._max = new_size
 
     # -- reading --------------------------------------------------------
 
@@ -511,7 +545,7 @@ class Index:
 
     @ef.setter
     def ef(self, value):
-        self._ef = int(value)
+        self._ef = _size_t(value, "ef")
 
     @property
     def M(self):
@@ -621,7 +655,7 @@ class BFIndex:
     def init_index(self, max_elements):
         if self._vectors is not None:
             raise RuntimeError("The index is already initiated.")
-        self._alloc(int(max_elements))
+        self._alloc(_size_t(max_elements, "max_elements"))
 
     def _alloc(self, max_elements):
         self._max = max_elements
@@ -663,8 +697,9 @@ class BFIndex:
         self._cur_l += rows
 
     def delete_vector(self, label):
+        label = _size_t(label, "label")
         self._inited()
-        at = self._where.pop(int(label), None)
+        at = self._where.pop(label, None)
         if at is None:
             return
         last = self._count - 1
@@ -680,7 +715,7 @@ class BFIndex:
         x = _rows(data)
         if x.shape[1] != self.dim:
             raise RuntimeError("Wrong dimensionality of the vectors")
-        k = int(k)
+        k = _size_t(k, "k")
         n = self._count
         vec = self._vectors[:n]
         lab = self._labels[:n]
@@ -772,13 +807,28 @@ def convert(hnswlib_file, keel_file, space="l2"):
             "%s already exists\nhelp: give a new path for the keel file"
             % out)
     index = Index(space, h["dim"], path=out)
-    index.init_index(max_elements=max(h["max_elements"], 1),
-                     M=max(h["m"], 2), ef_construction=h["ef_construction"])
-    live = ~deleted
-    index.add_items(vectors[live], labels[live])
-    for label, vec in zip(labels[deleted].tolist(), vectors[deleted]):
-        index._deleted[label] = vec.copy()
-    index._count = len(labels)
-    index._cur_l = len(labels)
-    index.flush()
+    try:
+        index.init_index(max_elements=max(h["max_elements"], 1),
+                         M=max(h["m"], 2),
+                         ef_construction=h["ef_construction"])
+        live = ~deleted
+        index.add_items(vectors[live], labels[live])
+        # A label live in one slot and marked deleted in another (hnswlib's
+        # replace_deleted can leave that) is live: keel has one per label.
+        deleted &= ~np.isin(labels, labels[live])
+        for label, vec in zip(labels[deleted].tolist(), vectors[deleted]):
+            index._deleted[label] = vec.copy()
+        index._count = len(labels)
+        index._cur_l = len(labels)
+        index.flush()
+    except BaseException:
+        # A failed convert leaves no half-made keel file (as keel
+        # import-hnswlib): a second try with the same path can go ahead.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            index.close()
+        for leftover in (out, out + SIDECAR):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        raise
     return index

@@ -11,7 +11,9 @@ test/hnswlib_tests.sh (make test-hnswlib).
 
 import os
 import pickle
+import struct
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -382,3 +384,116 @@ def test_load_index_of_a_published_index(tmp_path):
                                   p.knn_query(x, k=3)[0])
     with pytest.raises(keel.ReadOnlyError):
         q.add_items(x[0], 5)
+
+
+def crafted_hnswlib_file(path, vectors, labels, deleted=()):
+    """An hnswlib index file as hnswalg.h's saveIndex lays it out (maxM0 2,
+    maxM 1, every element on level 0 only), for files the real hnswlib
+    would not write."""
+    vectors = np.asarray(vectors, np.float32)
+    n, dim = vectors.shape
+    off = 4 + 4 * 2
+    per = off + 4 * dim + 8
+    out = struct.pack("<QQQQQQiIQQQdQ", 0, 10, n, per, off + 4 * dim, off,
+                      0, 0, 1, 2, 1, 1.0, 40)
+    for i in range(n):
+        out += struct.pack("<HBB", 0, i in deleted, 0) + bytes(8)
+        out += vectors[i].tobytes() + struct.pack("<Q", labels[i])
+    out += bytes(4 * n)
+    with open(path, "wb") as f:
+        f.write(out)
+    return str(path)
+
+
+def test_refused_update_keeps_the_old_vector():
+    """Re-adding a label with a vector keel refuses (a length whose square
+    overflows a float) raises and leaves the label's old vector there."""
+    p = kh.Index("l2", 2)
+    p.init_index(10)
+    p.add_items(np.array([[1, 2], [3, 4]], np.float32), [0, 1])
+    with pytest.raises(keel.InvalidArgumentError):
+        p.add_items(np.array([[1e30, 1e30], [5, 6]], np.float32), [0, 1])
+    assert sorted(p.get_ids_list()) == [0, 1]
+    np.testing.assert_array_equal(p.get_items([0, 1]), [[1, 2], [3, 4]])
+    assert p.knn_query([3, 4], k=2)[0].tolist() == [[1, 0]]
+
+
+def test_failed_convert_leaves_no_file(tmp_path):
+    bad = crafted_hnswlib_file(tmp_path / "nan.bin",
+                               [[1, 2], [np.nan, 1]], [7, 8])
+    out = str(tmp_path / "c.keel")
+    with pytest.raises(ValueError, match="NaN"):
+        kh.convert(bad, out)
+    assert os.listdir(tmp_path) == ["nan.bin"]
+    good = crafted_hnswlib_file(tmp_path / "ok.bin", [[1, 2], [2, 1]],
+                                [7, 8])
+    kh.convert(good, out).close()         # the same path: nothing in the way
+    with keel.IndexReader(out) as r:
+        assert r.ids().tolist() == [7, 8]
+
+
+def test_convert_label_live_and_marked_deleted(tmp_path):
+    """A label in two slots, one marked deleted (hnswlib's replace_deleted
+    can leave that): it converts live, once."""
+    src = crafted_hnswlib_file(tmp_path / "d.bin", [[1, 2], [3, 4], [5, 6]],
+                               [5, 5, 6], deleted=(0,))
+    p = kh.convert(src, str(tmp_path / "c.keel"))
+    assert sorted(p.get_ids_list()) == [5, 6]
+    np.testing.assert_array_equal(p.get_items([5]), [[3, 4]])
+    with pytest.raises(RuntimeError, match="not deleted"):
+        p.unmark_deleted(5)
+    p.close()
+
+
+@pytest.mark.parametrize("mod", both(), ids=lambda m: m.__name__)
+def test_size_t_arguments_refuse_floats_and_negatives(mod):
+    """hnswlib's labels, k, ef and sizes are size_t: a float or a negative
+    number raises TypeError (2.5 does not delete label 2)."""
+    p = make(mod, "l2", data(20, dim=4))
+    calls = [lambda: p.mark_deleted(2.5), lambda: p.mark_deleted(-1),
+             lambda: p.unmark_deleted(2.0), lambda: p.resize_index(-1),
+             lambda: p.resize_index(30.0), lambda: p.set_ef(-5),
+             lambda: p.knn_query(data(1, dim=4), k=-1),
+             lambda: p.knn_query(data(1, dim=4), k=1.5),
+             lambda: mod.Index("l2", 4).init_index(-1),
+             lambda: mod.Index("l2", 4).init_index(10, M=8.0)]
+    for call in calls:
+        with pytest.raises(TypeError) as e:
+            call()
+        if mod is kh:
+            assert "\nhelp: " in str(e.value)
+    assert p.get_current_count() == 20 and 2 in p.get_ids_list()
+    assert p.knn_query(data(20, dim=4)[2], k=1)[0][0, 0] == 2
+    p.mark_deleted(np.uint64(2))            # numpy integers are integers
+    p.resize_index(np.int32(25))
+    assert p.get_max_elements() == 25
+
+
+def test_load_into_a_path_index_leaves_its_file_alone(tmp_path):
+    """load_index of another file into an Index(path=) replaces the index
+    (as in hnswlib); saving it elsewhere then does not rewrite the state
+    beside the path= file (its marked-deleted labels stay)."""
+    x = data(20, dim=4)
+    o = kh.Index("l2", 4)
+    o.init_index(20)
+    o.add_items(x[:3])
+    o.save_index(str(tmp_path / "other.keel"))
+    own = str(tmp_path / "d.keel")
+    d = kh.Index("l2", 4, path=own)
+    d.init_index(25)
+    d.add_items(x)
+    d.mark_deleted(5)
+    d.save_index(own)
+    d.load_index(str(tmp_path / "other.keel"))
+    d.save_index(str(tmp_path / "copy.keel"))
+    d.close()
+    e = kh.Index("l2", 4, path=own)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e.init_index(25)
+    assert (e.get_current_count(), e.get_max_elements()) == (20, 25)
+    assert 5 in e.get_ids_list()
+    e.unmark_deleted(5)
+    np.testing.assert_array_equal(e.get_items([5]), x[5:6])
+    e.flush()
+    e.close()
