@@ -89,7 +89,11 @@ def read_bruteforce(path, dim):
                 "%s holds elements of %d bytes, not %d (vectors of %d "
                 "dimensions)\nhelp: load it into a BFIndex of its own "
                 "dimensions" % (name, size, dim * 4 + 8, dim))
-        raw = np.frombuffer(f.read(count * size), np.uint8)
+        # The header's count is checked against the file's size before any
+        # read: a crafted count asks for no memory the file does not hold.
+        whole = os.fstat(f.fileno()).st_size - 24 >= count * size
+        raw = np.frombuffer(f.read(count * size), np.uint8) if whole \
+            else np.zeros(0, np.uint8)
     if raw.shape[0] != count * size:
         raise RuntimeError("%s is cut short: %d elements need %d bytes\n"
                            "help: give a whole file BFIndex.save_index wrote"

@@ -658,9 +658,19 @@ class BFIndex:
         self._alloc(_size_t(max_elements, "max_elements"))
 
     def _alloc(self, max_elements):
+        try:
+            vectors = np.zeros((max_elements, self.dim), np.float32)
+            labels = np.zeros(max_elements, np.uint64)
+        except (MemoryError, ValueError):
+            raise RuntimeError(
+                "Not enough memory: BruteforceSearch failed to allocate data"
+                "\nhelp: max_elements %d of %d dimensions needs %d bytes; "
+                "give a smaller max_elements" % (
+                    max_elements, self.dim, max_elements * (self.dim * 4 + 8))
+            ) from None
         self._max = max_elements
-        self._vectors = np.zeros((max_elements, self.dim), np.float32)
-        self._labels = np.zeros(max_elements, np.uint64)
+        self._vectors = vectors
+        self._labels = labels
         self._where = {}
         self._count = 0
         self._cur_l = 0

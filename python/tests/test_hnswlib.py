@@ -497,3 +497,19 @@ def test_load_into_a_path_index_leaves_its_file_alone(tmp_path):
     np.testing.assert_array_equal(e.get_items([5]), x[5:6])
     e.flush()
     e.close()
+
+
+def test_bfindex_load_of_a_crafted_count(tmp_path):
+    """A brute-force file whose header claims more elements (or capacity)
+    than memory holds raises RuntimeError with a help line, asking for no
+    memory the file does not hold (it read count * size bytes first)."""
+    path = str(tmp_path / "bf.bin")
+    for cap, count, what in ((2**40, 2**40, "cut short"),
+                             (2**62, 1, "Not enough memory")):
+        with open(path, "wb") as f:
+            f.write(struct.pack("<QQQ", cap, 4 * 4 + 8, count) + bytes(24))
+        with pytest.raises(RuntimeError, match=what) as e:
+            kh.BFIndex("l2", 4).load_index(path)
+        assert "\nhelp: " in str(e.value)
+    with pytest.raises(RuntimeError, match="Not enough memory"):
+        kh.BFIndex("l2", 4).init_index(2**62)
