@@ -31,10 +31,21 @@ def read_sidecar(path, ix):
     side = sidecar_path(path)
     if not os.path.exists(side):
         return None
-    with np.load(side, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        labels = z["deleted_labels"].astype(np.uint64)
-        vectors = z["deleted_vectors"].astype(np.float32)
+    try:
+        with np.load(side, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            labels = z["deleted_labels"].astype(np.uint64)
+            vectors = z["deleted_vectors"].astype(np.float32)
+        if not isinstance(meta, dict) or labels.ndim != 1 or \
+                vectors.ndim != 2 or len(labels) != len(vectors):
+            raise ValueError("not the layout save_index writes")
+    except Exception as e:     # cut short, overwritten: the keel file stands
+        warnings.warn("%s cannot be read (%s: %s): loading %s without it, "
+                      "nothing marked deleted\nhelp: save_index() again to "
+                      "write a new one" % (side, type(e).__name__, e,
+                                           os.fsdecode(path)),
+                      RuntimeWarning, stacklevel=3)
+        return None
     if meta.get("version") != SIDECAR_VERSION or \
             meta.get("fingerprint") != _fingerprint(ix):
         warnings.warn("%s does not match the keel file %s (it was changed "

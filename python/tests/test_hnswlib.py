@@ -513,3 +513,32 @@ def test_bfindex_load_of_a_crafted_count(tmp_path):
         assert "\nhelp: " in str(e.value)
     with pytest.raises(RuntimeError, match="Not enough memory"):
         kh.BFIndex("l2", 4).init_index(2**62)
+
+
+def test_damaged_sidecar_loads_the_keel_file(tmp_path):
+    """A .hnswlib cut short or overwritten does not keep load_index (or
+    Index(path=).init_index) from opening the complete keel file: a
+    RuntimeWarning says it was not read, as for one that does not match."""
+    x = data(20, dim=4)
+    path = str(tmp_path / "a.keel")
+    p = kh.Index("l2", 4)
+    p.init_index(20)
+    p.add_items(x)
+    p.mark_deleted(3)
+    p.save_index(path)
+    side = path + ".hnswlib"
+    with open(side, "rb") as f:
+        whole = f.read()
+    for damaged in (whole[:len(whole) // 2], b"", b"hello"):
+        with open(side, "wb") as f:
+            f.write(damaged)
+        q = kh.Index("l2", 4)
+        with pytest.warns(RuntimeWarning, match="cannot be read(.|\n)*help:"):
+            q.load_index(path)
+        assert q.get_current_count() == 19 and 3 not in q.get_ids_list()
+        np.testing.assert_array_equal(q.get_items([4]), x[4:5])
+        d = kh.Index("l2", 4, path=path)
+        with pytest.warns(RuntimeWarning, match="cannot be read"):
+            d.init_index(20)
+        assert d.get_current_count() == 19
+        d.close()
