@@ -218,6 +218,10 @@ fn_compact(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     }
     keel_index *w = t->writer;
     int krc = KEEL_OK;
+    if (!w && kv_check_file(t)) {
+        table_error(ctx, t, SQLITE_ERROR);
+        return;
+    }
     if (!w) {
         /* Waits, as a write does, for another connection's commit. */
         for (int waited = 0;; waited += 2) {

@@ -237,6 +237,26 @@ file_exists(kv_table *t)
     return res;
 }
 
+/* The message of a table whose index file is missing. */
+static char *
+missing_message(kv_table *t)
+{
+    return sqlite3_mprintf(
+        "keel table %s: its index file %s is missing\nhelp: put the file "
+        "back (a copy taken with the database), or DROP TABLE %s and "
+        "create it again", t->name, t->path, t->name);
+}
+
+int
+kv_check_file(kv_table *t)
+{
+    if (t->path && !t->broken && !file_exists(t))
+        t->broken = missing_message(t);
+    if (t->broken)
+        return kv_error(t, "%s", t->broken);
+    return SQLITE_OK;
+}
+
 /* Sets t->path: NULL for a database in memory (or a temporary one), else
 ** the path option resolved against the database's folder, or the default
 ** beside the database. */
@@ -277,10 +297,12 @@ table_free(kv_table *t)
         kv_registry_remove(t);
     kv_undo_clear(t);
     sqlite3_free(t->undo);
+    sqlite3_free(t->lrows);
     keel_close(t->writer);
     keel_close(t->reader);
     sqlite3_finalize(t->log_insert);
     sqlite3_finalize(t->log_state);
+    sqlite3_finalize(t->log_has);
     sqlite3_free(t->schema);
     sqlite3_free(t->name);
     sqlite3_free(t->path);
@@ -356,10 +378,7 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
             goto fail;
     } else if (!file_exists(t)) {
         /* Connect anyway, so that DROP TABLE works; every use says why. */
-        t->broken = sqlite3_mprintf(
-            "keel table %s: its index file %s is missing\nhelp: put the file "
-            "back (a copy taken with the database), or DROP TABLE %s and "
-            "create it again", t->name, t->path, t->name);
+        t->broken = missing_message(t);
     }
 
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(embedding, distance HIDDEN, "
@@ -412,7 +431,8 @@ kv_destroy(sqlite3_vtab *vt)
     t->writer = t->reader = NULL;
     sqlite3_finalize(t->log_insert);
     sqlite3_finalize(t->log_state);
-    t->log_insert = t->log_state = NULL;
+    sqlite3_finalize(t->log_has);
+    t->log_insert = t->log_state = t->log_has = NULL;
     if (t->path) {
         char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w\"",
                                     t->schema, t->log);
@@ -628,8 +648,10 @@ ks_filter(sqlite3_vtab_cursor *cur, int plan, const char *plan_str, int argc,
     sqlite3_free(sql);
     if (rc) {
         sqlite3_free(t->base.zErrMsg);
-        t->base.zErrMsg = sqlite3_mprintf("keel_search('%s'): %s", name,
-                                          sqlite3_errmsg(t->db));
+        t->base.zErrMsg = sqlite3_mprintf(
+            "keel_search('%s'): %s\nhelp: name a keel table, as in "
+            "keel_search('docs_vec', :query, 10)", name,
+            sqlite3_errmsg(t->db));
         return rc;
     }
     for (int i = 1; i < argc && i <= 3; i++)

@@ -49,6 +49,15 @@ typedef struct kv_undo {
     float *old; /* dim floats, owned; NULL for an add */
 } kv_undo;
 
+/* One change-log row of the transaction: its seq, and the undo list's
+** length right after it was written (a statement's last log row follows
+** all of its undo entries). The rows kept here are always the transaction's
+** rows that the log still holds, in order. */
+typedef struct kv_logged {
+    int64_t seq;
+    size_t nundo;
+} kv_logged;
+
 typedef struct kv_table kv_table;
 struct kv_table {
     sqlite3_vtab base;
@@ -75,10 +84,13 @@ struct kv_table {
     kv_undo *undo;       /* this transaction's writes, in order */
     size_t nundo, capundo;
     size_t marks[KV_MAX_SAVEPOINTS]; /* nundo at each savepoint */
+    kv_logged *lrows;    /* this transaction's log rows (files only) */
+    size_t nlrows, caplrows;
     float *tmp;          /* dim floats of scratch (reads, recovery) */
     float *in;           /* dim floats: the vector being written */
     sqlite3_stmt *log_insert; /* INSERT INTO log(txn, id, vec) */
     sqlite3_stmt *log_state;  /* the log's seq range */
+    sqlite3_stmt *log_has;    /* whether a seq of this transaction is there */
     kv_table *next;           /* the registry of connected tables (admin.c) */
     int registered;           /* in the registry */
 };
@@ -111,6 +123,17 @@ int kv_rollback(sqlite3_vtab *vt);
 int kv_savepoint(sqlite3_vtab *vt, int level);
 int kv_release(sqlite3_vtab *vt, int level);
 int kv_rollback_to(sqlite3_vtab *vt, int level);
+
+/* Whether the index file is there (files only). If it is gone, marks the
+** table broken (every use says why) and returns SQLITE_ERROR. */
+int kv_check_file(kv_table *t);
+
+/* During a write transaction: makes the writer agree with the log rows the
+** transaction still holds. A ROLLBACK TO the savepoint that began the
+** transaction (SAVEPOINT outside BEGIN) rolls the log back but, in SQLite
+** 3.40, calls no xRollbackTo; this finds the cut and undoes the
+** writes after it. */
+int kv_log_check(kv_table *t);
 
 /* Before a read through the reader: checks that the index file agrees with
 ** the committed change log, and if not (a writer died between SQLite's

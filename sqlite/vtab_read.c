@@ -23,6 +23,7 @@
 */
 #include "vtab.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,9 +151,8 @@ kv_value_vector(kv_table *t, sqlite3_value *v, const char *what, float *out)
 int
 kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
 {
-    (void)vt;
     int match = -1, k = -1, ef = -1, eq = -1, in = -1, limit = -1;
-    int match_seen = 0, k_seen = 0;
+    int match_seen = 0, k_seen = 0, ef_seen = 0;
     for (int i = 0; i < info->nConstraint; i++) {
         const struct sqlite3_index_constraint *c = &info->aConstraint[i];
         if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH &&
@@ -167,6 +167,7 @@ kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
                 k = i;
         } else if (c->op == SQLITE_INDEX_CONSTRAINT_EQ &&
                    c->iColumn == KV_COL_EF) {
+            ef_seen = 1;
             if (c->usable)
                 ef = i;
             else
@@ -181,6 +182,14 @@ kv_best_index(sqlite3_vtab *vt, sqlite3_index_info *info)
         } else if (c->op == SQLITE_INDEX_CONSTRAINT_LIMIT && c->usable) {
             limit = i;
         }
+    }
+    if (!match_seen && (k_seen || ef_seen)) {
+        /* Without a query, k and ef select nothing: say so, rather than
+         * return no rows (the hidden columns read as NULL). */
+        kv_table *t = (kv_table *)vt;
+        return kv_error(t, "%s: %s is given without a MATCH query\nhelp: "
+                        "search with WHERE embedding MATCH :query AND k = 10",
+                        t->name, k_seen ? "k" : "ef");
     }
     if (match_seen && match < 0)
         return SQLITE_CONSTRAINT; /* the query comes from a later table */
@@ -310,6 +319,53 @@ int_arg(kv_table *t, sqlite3_value *v, const char *name, long long hi,
     return SQLITE_OK;
 }
 
+/* The rowid a value names, as a rowid table compares it: an INTEGER, a
+** REAL with a whole value, or TEXT holding one of those. 0: none. */
+static int
+rowid_value(sqlite3_value *x, sqlite3_int64 *id)
+{
+    int type = sqlite3_value_type(x);
+    double d;
+    if (type == SQLITE_INTEGER) {
+        *id = sqlite3_value_int64(x);
+        return 1;
+    }
+    if (type == SQLITE_TEXT) {
+        const char *s = (const char *)sqlite3_value_text(x);
+        char *end;
+        if (!s)
+            return 0;
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+            s++;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (end != s && errno == 0) {
+            while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')
+                end++;
+            if (!*end) {
+                *id = v;
+                return 1;
+            }
+        }
+        d = strtod(s, &end);
+        if (end == s)
+            return 0;
+        while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')
+            end++;
+        if (*end)
+            return 0;
+    } else if (type == SQLITE_FLOAT)
+        d = sqlite3_value_double(x);
+    else
+        return 0;
+    /* A whole number within int64 (2^63 itself is out). */
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
+        d != (double)(sqlite3_int64)d)
+        return 0;
+    *id = (sqlite3_int64)d;
+    return 1;
+}
+
 /* The rowids of rowid = ? (one) or rowid IN (...) (all at once) into *ids
 ** (sqlite3_malloc'd) and *n. Values that are not integers match nothing. */
 static int
@@ -321,7 +377,8 @@ rowid_list(sqlite3_value *v, int in, uint64_t **ids, size_t *n)
     sqlite3_value *x = v;
     int rc = in ? sqlite3_vtab_in_first(v, &x) : SQLITE_OK;
     while (rc == SQLITE_OK && x) {
-        if (sqlite3_value_type(x) == SQLITE_INTEGER) {
+        sqlite3_int64 id;
+        if (rowid_value(x, &id)) {
             if (*n == cap) {
                 cap = cap ? cap * 2 : 64;
                 uint64_t *p = sqlite3_realloc64(*ids, cap * sizeof *p);
@@ -332,7 +389,7 @@ rowid_list(sqlite3_value *v, int in, uint64_t **ids, size_t *n)
                 }
                 *ids = p;
             }
-            (*ids)[(*n)++] = (uint64_t)sqlite3_value_int64(x);
+            (*ids)[(*n)++] = (uint64_t)id;
         }
         if (!in)
             break;
@@ -517,7 +574,7 @@ kv_read_handle(kv_table *t, keel_index **out)
         return kv_error(t, "%s", t->broken);
     if (t->writer) {
         *out = t->writer;
-        return SQLITE_OK;
+        return kv_log_check(t);
     }
     if (!t->reader) {
         keel_options o = {0};

@@ -31,6 +31,10 @@
 ** the writes made since, newest first, from the undo list (an add undone by
 ** a delete, a delete by adding the old vector back). An index in memory
 ** has no file to reopen and rolls back through the undo list alone.
+** SQLite 3.40 calls no xRollbackTo for a ROLLBACK TO the savepoint
+** that began the transaction; the transaction's log rows (lrows) show the
+** cut: kv_log_check, before each write, read through the writer and
+** commit, undoes the writes whose log rows SQLite rolled back.
 */
 #include "vtab.h"
 
@@ -50,6 +54,7 @@ kv_undo_clear(kv_table *t)
     for (size_t i = 0; i < t->nundo; i++)
         sqlite3_free(t->undo[i].old);
     t->nundo = 0;
+    t->nlrows = 0;
 }
 
 /* Records a write of id; old is its vector before (NULL: none). */
@@ -94,6 +99,10 @@ undo_to(kv_table *t, size_t mark)
         sqlite3_free(u->old);
         u->old = NULL;
     }
+    /* The log rows of undone writes go with them (SQLite rolls them back,
+     * or kv_update deletes them). */
+    while (t->nlrows && t->lrows[t->nlrows - 1].nundo > mark)
+        t->nlrows--;
     return rc;
 }
 
@@ -140,7 +149,60 @@ log_row(kv_table *t, uint64_t id, const float *vec)
     t->last_seq = sqlite3_last_insert_rowid(t->db);
     if (t->logged++ == 0)
         t->first_seq = t->last_seq;
+    if (t->nlrows == t->caplrows) {
+        size_t cap = t->caplrows ? t->caplrows * 2 : 64;
+        kv_logged *l = sqlite3_realloc64(t->lrows, cap * sizeof *l);
+        if (!l)
+            return SQLITE_NOMEM;
+        t->lrows = l;
+        t->caplrows = cap;
+    }
+    t->lrows[t->nlrows].seq = t->last_seq;
+    t->lrows[t->nlrows].nundo = t->nundo;
+    t->nlrows++;
     return SQLITE_OK;
+}
+
+/* Whether the log still holds this transaction's row seq. */
+static int
+log_has(kv_table *t, int64_t seq, int *has)
+{
+    int rc;
+    if (!t->log_has &&
+        (rc = prepare(t, t->db, t->schema,
+                      "SELECT 1 FROM \"%w\".\"%w\" WHERE seq = ?1 AND "
+                      "txn = ?2", &t->log_has)))
+        return rc;
+    sqlite3_bind_int64(t->log_has, 1, seq);
+    sqlite3_bind_int64(t->log_has, 2, t->txn);
+    rc = sqlite3_step(t->log_has);
+    *has = rc == SQLITE_ROW;
+    sqlite3_reset(t->log_has);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return kv_error(t, "%s: reading its change log: %s", t->name,
+                        sqlite3_errmsg(t->db));
+    return SQLITE_OK;
+}
+
+int
+kv_log_check(kv_table *t)
+{
+    if (!t->path || !t->writer || !t->nlrows)
+        return SQLITE_OK;
+    /* Rollbacks cut the log's rows from the end, so the rows still there
+     * are the first n; the last one is almost always there (one lookup). */
+    size_t n = t->nlrows;
+    while (n) {
+        int has, rc = log_has(t, t->lrows[n - 1].seq, &has);
+        if (rc)
+            return rc;
+        if (has)
+            break;
+        n--;
+    }
+    if (n == t->nlrows)
+        return SQLITE_OK;
+    return undo_to(t, n ? t->lrows[n - 1].nundo : 0);
 }
 
 /* The log's smallest and largest seq (0 and 0: empty): two lookups of the
@@ -275,12 +337,15 @@ begin_writes(kv_table *t)
     if (t->broken)
         return kv_error(t, "%s", t->broken);
     if (t->writer)
-        return SQLITE_OK;
+        return kv_log_check(t);
+    int rc = kv_check_file(t);
+    if (rc)
+        return rc;
     int krc = open_writer(t, WRITER_WAIT_MS, &t->writer);
     if (krc)
         return kv_keel_error(t, krc, "opening the index for writing");
     int64_t min, max, differ;
-    int rc = log_state(t, &min, &max);
+    rc = log_state(t, &min, &max);
     int known = t->ok_valid && t->ok_min == min && t->ok_max == max;
     if (!rc && max && !known)
         rc = reconcile(t, t->db, t->schema, t->writer, 1, &differ);
@@ -302,6 +367,7 @@ begin_writes(kv_table *t)
     sqlite3_randomness(sizeof txn, &txn);
     t->txn = (txn & INT64_MAX) ? (txn & INT64_MAX) : 1;
     t->logged = 0;
+    t->nlrows = 0;
     t->ok_valid = 0;
     return SQLITE_OK;
 }
@@ -335,6 +401,8 @@ kv_reader_check(kv_table *t)
         /* A writer died between SQLite's commit and the index's (or is
          * between them now: then it holds the index and we read as is). */
         keel_index *w = NULL;
+        if ((rc = kv_check_file(t)))
+            return rc;
         int krc = open_writer(t, 0, &w);
         if (krc == KEEL_ELOCKED)
             return SQLITE_OK;
@@ -409,7 +477,7 @@ kv_update(sqlite3_vtab *vt, int argc, sqlite3_value **argv,
     if (rc)
         return rc;
     int logged = t->path != NULL;
-    size_t mark = t->nundo;
+    size_t mark = t->nundo, lmark = t->nlrows;
     if (argc == 1) { /* DELETE */
         uint64_t id = (uint64_t)sqlite3_value_int64(argv[0]);
         if ((rc = write_delete(t, id)))
@@ -472,6 +540,20 @@ undo:
     {
         char *msg = t->base.zErrMsg;
         t->base.zErrMsg = NULL;
+        /* Without a statement journal (a statement of one write) SQLite
+         * keeps the log rows already written: delete them, or the log
+         * would say what the index does not hold. */
+        if (t->nlrows > lmark) {
+            char *sql = sqlite3_mprintf(
+                "DELETE FROM \"%w\".\"%w\" WHERE seq >= %lld AND txn = %lld",
+                t->schema, t->log, (long long)t->lrows[lmark].seq,
+                (long long)t->txn);
+            int drc = sql ? sqlite3_exec(t->db, sql, NULL, NULL, NULL)
+                          : SQLITE_NOMEM;
+            sqlite3_free(sql);
+            if (drc && !rc)
+                rc = drc;
+        }
         undo_to(t, mark);
         sqlite3_free(t->base.zErrMsg);
         t->base.zErrMsg = msg;
@@ -494,8 +576,9 @@ kv_begin(sqlite3_vtab *vt)
 int
 kv_sync(sqlite3_vtab *vt)
 {
-    (void)vt; /* the index commits after SQLite (invariant (2)) */
-    return SQLITE_OK;
+    /* The index commits after SQLite (invariant (2)); here, before SQLite's
+     * commit, the writer is only made to agree with the log. */
+    return kv_log_check((kv_table *)vt);
 }
 
 int

@@ -283,6 +283,144 @@ def test_rollback_and_savepoints(db):
     assert conn.execute("SELECT count(*) FROM v_keel_log").fetchone()[0] == 2
 
 
+
+def test_rollback_to_the_savepoint_that_began_the_transaction(db):
+    """SAVEPOINT outside BEGIN begins the transaction; SQLite 3.40 rolls its
+    ROLLBACK TO back without calling the table's xRollbackTo. The table
+    finds the cut in its change log: the rows are gone for this connection
+    at once, and neither the commit nor another connection sees them."""
+    conn = connect(db)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1,1]')")
+    conn.execute("SAVEPOINT s0")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (7, '[7,7]')")
+    conn.execute("DELETE FROM v WHERE rowid = 1")
+    conn.execute("ROLLBACK TO s0")
+    assert ids(conn) == [1]  # a read, before any other write
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (8, '[8,8]')")
+    conn.execute("SAVEPOINT s1")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (9, '[9,9]')")
+    conn.execute("RELEASE s1")
+    conn.execute("ROLLBACK TO s0")  # then a commit, with no write between
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (6, '[6,6]')")
+    conn.execute("RELEASE s0")
+    assert ids(conn) == [1, 6]
+    other = connect(db)
+    assert ids(other) == [1, 6]
+    assert knn(other, "v", [7, 7], 1) == [(6, pytest.approx(np.hypot(1, 1)))]
+    # A later write by the other connection agrees with the log as well.
+    other.execute("INSERT INTO v(rowid, embedding) VALUES (2, '[2,2]')")
+    assert ids(other) == [1, 2, 6] and ids(conn) == [1, 2, 6]
+
+
+def test_transactions_against_a_rowid_table(db):
+    """Random writes, savepoints (some beginning the transaction), rollbacks
+    and statements failing half way, done alike to the keel table and to an
+    ordinary table: both hold the same rows after every statement, and a
+    second connection sees the same after every commit."""
+    rng = random.Random(1)
+    conn = connect(db)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("CREATE TABLE m(id INTEGER PRIMARY KEY, vec BLOB NOT NULL)")
+    conn.execute("CREATE TABLE src(id INTEGER, vec BLOB)")
+
+    def run(sql, args=()):
+        try:
+            conn.execute(sql, args)
+            return None
+        except sqlite3.Error as e:
+            return str(e)
+
+    def both(vsql, msql, args=()):
+        assert (run(vsql, args) is None) == (run(msql, args) is None)
+
+    depth = 0
+    for _ in range(250):
+        r = rng.random()
+        vid, vec = rng.randrange(10), blob([rng.randrange(4), rng.randrange(4)])
+        if r < 0.08 and not conn.in_transaction:
+            run("BEGIN")
+        elif r < 0.14 and conn.in_transaction and depth == 0:
+            run(rng.choice(["COMMIT", "ROLLBACK"]))
+        elif r < 0.24:
+            run("SAVEPOINT s%d" % depth)
+            depth += 1
+        elif r < 0.31 and depth:
+            lvl = rng.randrange(depth)
+            run("ROLLBACK TO s%d" % lvl)
+            depth = lvl + 1
+        elif r < 0.36 and depth:
+            depth = rng.randrange(depth)
+            run("RELEASE s%d" % depth)
+        elif r < 0.55:
+            both("INSERT INTO v(rowid, embedding) VALUES (?, ?)",
+                 "INSERT INTO m VALUES (?, ?)", (vid, vec))
+        elif r < 0.62:
+            both("INSERT OR REPLACE INTO v(rowid, embedding) VALUES (?, ?)",
+                 "INSERT OR REPLACE INTO m VALUES (?, ?)", (vid, vec))
+        elif r < 0.70:
+            both("DELETE FROM v WHERE rowid = ?", "DELETE FROM m WHERE id = ?",
+                 (vid,))
+        elif r < 0.76:
+            both("UPDATE v SET embedding = ?1 WHERE rowid = ?2",
+                 "UPDATE m SET vec = ?1 WHERE id = ?2", (vec, vid))
+        elif r < 0.82:
+            both("UPDATE v SET rowid = ?1 WHERE rowid = ?2",
+                 "UPDATE m SET id = ?1 WHERE id = ?2",
+                 (rng.randrange(10), vid))
+        else:  # several rows, failing half way at a rowid in use
+            run("DELETE FROM src")
+            conn.executemany("INSERT INTO src VALUES (?, ?)", [
+                (rng.randrange(10), blob([rng.randrange(4), 0]))
+                for _ in range(rng.randrange(1, 4))])
+            both("INSERT INTO v(rowid, embedding) SELECT id, vec FROM src "
+                 "ORDER BY rowid",
+                 "INSERT INTO m SELECT id, vec FROM src ORDER BY rowid")
+        if not conn.in_transaction:
+            depth = 0
+        want = conn.execute("SELECT id, vec FROM m ORDER BY id").fetchall()
+        assert conn.execute("SELECT rowid, embedding FROM v ORDER BY rowid"
+                            ).fetchall() == want
+        if not conn.in_transaction:
+            other = connect(db)
+            assert other.execute("SELECT rowid, embedding FROM v ORDER BY "
+                                 "rowid").fetchall() == want
+            other.close()
+
+
+def test_failed_write_leaves_no_log_row(db):
+    """An UPDATE that moves a row and fails on its new vector (one write, so
+    SQLite keeps no statement journal) inside a transaction leaves the log
+    as the index: the row is not deleted by the next connection's
+    recovery."""
+    conn = connect(db)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1,0]'), "
+                 "(2, '[0,1]')")
+    conn.execute("BEGIN")
+    expect_error(conn, "UPDATE v SET rowid = 7, embedding = '[NaN, 0]' "
+                 "WHERE rowid = 1", (), "NaN", "help:")
+    conn.execute("COMMIT")
+    assert conn.execute("SELECT count(*) FROM v_keel_log").fetchone()[0] == 0
+    other = connect(db)
+    other.execute("INSERT INTO v(rowid, embedding) VALUES (3, '[1,1]')")
+    assert ids(other) == [1, 2, 3] and ids(conn) == [1, 2, 3]
+
+
+def test_index_file_removed_under_a_connection(db):
+    """A write after the index file was removed is refused (it would make
+    a new, empty index and lose every committed row), with the reason."""
+    conn = connect(db)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1,0]')")
+    os.remove(db + ".v.keel")
+    expect_error(conn, "INSERT INTO v(rowid, embedding) VALUES (2, '[0,1]')",
+                 (), "is missing", "help:")
+    expect_error(conn, "SELECT keel_compact('v')", (), "is missing", "help:")
+    assert not os.path.exists(db + ".v.keel")
+    other = connect(db)
+    expect_error(other, "SELECT rowid FROM v", (), "is missing", "help:")
+
 def test_statement_open_across_commit(db):
     """A scan begun in a write transaction (on the writer) goes on after
     the commit closes the writer, through the reader, page after page."""
@@ -577,6 +715,19 @@ def test_bad_input(db, tmp_path):
     expect_error(conn, q, (blob([1, 2, 3]), "ten"), "k is TEXT", "help:")
     expect_error(conn, "SELECT rowid FROM v WHERE embedding MATCH ?",
                  (blob([1, 2, 3]),), "needs k", "help:")
+    # k or ef without a query select nothing: an error, not an empty result.
+    expect_error(conn, "SELECT rowid FROM v WHERE k = 3", (),
+                 "without a MATCH", "help:")
+    expect_error(conn, "SELECT rowid FROM v WHERE ef = 3", (),
+                 "without a MATCH", "help:")
+    expect_error(conn, "SELECT id FROM keel_search('nope', '[1,2,3]', 1)",
+                 (), "nope", "help:")
+    # A rowid given as 5.0 or '5' finds row 5, as in a rowid table.
+    for key in (5.0, "5", " 5 ", "5.0"):
+        assert conn.execute("SELECT rowid FROM v WHERE rowid = ?",
+                            (key,)).fetchall() == [(5,)], key
+    assert conn.execute("SELECT rowid FROM v WHERE rowid = 5.5").fetchall() \
+        == []
     for opts, word in [("metric=l2", "no dim"), ("dim=0", "dim=0"),
                        ("dim=3, metric=hamming", "metric=hamming"),
                        ("dim=3, colour=red", "colour"),
