@@ -203,8 +203,8 @@ class Index:
         self._reset(_space(space), int(dim), path)
 
     def _reset(self, space, dim, path):
-        self.space = space
-        self.dim = dim
+        self._space_name = space
+        self._dim = dim
         self._path = None if path is None else os.fsdecode(path)
         self._ix = None
         self._ef = 10
@@ -538,6 +538,16 @@ class Index:
 
     def index_file_size(self):
         return int(self._inited().stats()["file_bytes"])
+
+    @property
+    def space(self):
+        """read-only, as in hnswlib: the space the vectors are in."""
+        return self._space_name
+
+    @property
+    def dim(self):
+        """read-only, as in hnswlib: the number of dimensions."""
+        return self._dim
 
     @property
     def ef(self):

@@ -542,3 +542,16 @@ def test_damaged_sidecar_loads_the_keel_file(tmp_path):
             d.init_index(20)
         assert d.get_current_count() == 19
         d.close()
+
+
+@pytest.mark.parametrize("mod", both(), ids=lambda m: m.__name__)
+def test_space_and_dim_are_read_only(mod):
+    """hnswlib's space and dim are read-only: setting space to 'ip' must not
+    turn an l2 index's squared distances into unsquared ones."""
+    p = make(mod, "l2", data(20, dim=4))
+    for name, value in (("space", "ip"), ("dim", 5)):
+        with pytest.raises(AttributeError):
+            setattr(p, name, value)
+    assert (p.space, p.dim) == ("l2", 4)
+    q = pickle.loads(pickle.dumps(p))
+    assert (q.space, q.dim) == ("l2", 4)
