@@ -51,7 +51,8 @@ _MAX_EF = 100000                     # keel's largest ef
 
 def _space(space):
     if space not in _SPACES:
-        raise RuntimeError("Space name must be one of l2, ip, or cosine.")
+        raise RuntimeError("Space name must be one of l2, ip, or cosine."
+                           "\nhelp: %r is not one of them" % (space,))
     return space
 
 
@@ -77,7 +78,8 @@ def _rows(data):
     if x.ndim not in (1, 2):
         raise RuntimeError(
             "Input vector data wrong shape. Number of dimensions %d. Data "
-            "must be a 1D or 2D array." % x.ndim)
+            "must be a 1D or 2D array.\nhelp: give one vector or a 2-D array "
+            "of one vector a row" % x.ndim)
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
@@ -90,7 +92,8 @@ def _labels(ids, rows):
     if not (a.ndim == 1 and a.shape[0] == rows or a.ndim == 0 and rows == 1):
         raise RuntimeError(
             "The input label shape %d does not match the input data vector "
-            "shape %d" % (a.ndim, rows))
+            "shape %d\nhelp: give one id a vector (%d), as a list or a 1-D "
+            "array" % (a.ndim, rows, rows))
     return _as_uint64(a).reshape(-1)
 
 
@@ -125,8 +128,11 @@ def _contiguous_error():
         "search can reach (live, and passing the filter), or raise ef")
 
 
-def _not_found():
-    return RuntimeError("Label not found")
+def _not_found(label=None):
+    return RuntimeError("Label not found\nhelp: %s is not a live label of "
+                        "the index; get_ids_list() lists its labels"
+                        % ("a label asked for" if label is None else
+                           "label %d" % label))
 
 
 class _Backing(VectorIndex):
@@ -227,7 +233,8 @@ class Index:
     def init_index(self, max_elements, M=16, ef_construction=200,
                    random_seed=100, allow_replace_deleted=False):
         if self._ix is not None:
-            raise RuntimeError("The index is already initiated.")
+            raise RuntimeError("The index is already initiated.\nhelp: call "
+                               "init_index once; resize_index() grows it")
         self._m = _size_t(M, "M")
         self._efc = _size_t(ef_construction, "ef_construction")
         self._seed = _size_t(random_seed, "random_seed")
@@ -386,7 +393,8 @@ class Index:
             if again and self._replace and not replace_deleted:
                 raise RuntimeError(
                     "Can't use addPoint to update deleted elements if "
-                    "replacement of deleted elements is enabled.")
+                    "replacement of deleted elements is enabled.\nhelp: add "
+                    "with replace_deleted=True, or unmark_deleted() first")
             plan_unmark = list(again)
             fresh = [l for l in fresh if l not in again] if again else fresh
             if replace_deleted:
@@ -471,11 +479,13 @@ class Index:
         ix = self._inited()
         if label in self._deleted:
             raise RuntimeError(
-                "The requested to delete element is already deleted")
+                "The requested to delete element is already deleted\nhelp: "
+                "label %d is marked deleted; unmark_deleted() brings it "
+                "back" % label)
         try:
             vec = ix.get(label)
         except IdNotFoundError:
-            raise _not_found() from None
+            raise _not_found(label) from None
         ix.delete(label)
         self._deleted[label] = vec
 
@@ -487,8 +497,10 @@ class Index:
         if vec is None:
             if label in ix:
                 raise RuntimeError(
-                    "The requested to undelete element is not deleted")
-            raise _not_found()
+                    "The requested to undelete element is not deleted\nhelp: "
+                    "label %d is live; only a label mark_deleted() marked "
+                    "can be unmarked" % label)
+            raise _not_found(label)
         ix.add(vec, id=label)
         del self._deleted[label]
 
@@ -499,14 +511,16 @@ class Index:
         if new_size < self._count:
             raise RuntimeError(
                 "Cannot resize, max element is less than the current number "
-                "of elements")
+                "of elements\nhelp: the index holds %d elements (marked "
+                "deleted ones count); give at least that" % self._count)
         self._max = new_size
 
     # -- reading --------------------------------------------------------
 
     def get_items(self, ids=None, return_type="numpy"):
         if return_type not in ("numpy", "list"):
-            raise ValueError('return_type should be "numpy" or "list"')
+            raise ValueError('return_type should be "numpy" or "list"\nhelp: '
+                             '%r is neither' % (return_type,))
         ix = self._inited()
         if ids is None:
             labels = np.zeros(0, np.uint64)
@@ -514,7 +528,8 @@ class Index:
             a = np.asarray(ids)
             if a.ndim == 0:
                 raise ValueError("get_items accepts a list of indices and "
-                                 "returns a list of vectors")
+                                 "returns a list of vectors\nhelp: give "
+                                 "[%s] for one" % a.item())
             labels = _as_uint64(a).reshape(-1)[:a.shape[0]]
         if labels.shape[0] == 0:
             out = np.zeros(0, np.float32)
@@ -664,7 +679,8 @@ class BFIndex:
 
     def init_index(self, max_elements):
         if self._vectors is not None:
-            raise RuntimeError("The index is already initiated.")
+            raise RuntimeError("The index is already initiated.\nhelp: call "
+                               "init_index once; resize_index() grows it")
         self._alloc(_size_t(max_elements, "max_elements"))
 
     def _alloc(self, max_elements):
@@ -696,7 +712,9 @@ class BFIndex:
         x = _rows(data)
         rows = x.shape[0]
         if x.shape[1] != self.dim:
-            raise RuntimeError("Wrong dimensionality of the vectors")
+            raise RuntimeError("Wrong dimensionality of the vectors\nhelp: "
+                               "give vectors of %d values (these have %d)"
+                               % (self.dim, x.shape[1]))
         labels = _labels(ids, rows)
         if labels is None:
             labels = np.arange(self._cur_l, self._cur_l + rows,
@@ -707,8 +725,10 @@ class BFIndex:
             at = self._where.get(label)
             if at is None:
                 if self._count >= self._max:
-                    raise RuntimeError("The number of elements exceeds the "
-                                       "specified limit\n")
+                    raise RuntimeError(
+                        "The number of elements exceeds the specified limit"
+                        "\nhelp: this BFIndex holds max_elements %d; "
+                        "init_index a larger one" % self._max)
                 at = self._count
                 self._count += 1
                 self._where[label] = at
@@ -734,7 +754,9 @@ class BFIndex:
         self._inited()
         x = _rows(data)
         if x.shape[1] != self.dim:
-            raise RuntimeError("Wrong dimensionality of the vectors")
+            raise RuntimeError("Wrong dimensionality of the vectors\nhelp: "
+                               "give vectors of %d values (these have %d)"
+                               % (self.dim, x.shape[1]))
         k = _size_t(k, "k")
         n = self._count
         vec = self._vectors[:n]

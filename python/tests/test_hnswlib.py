@@ -555,3 +555,54 @@ def test_space_and_dim_are_read_only(mod):
     assert (p.space, p.dim) == ("l2", 4)
     q = pickle.loads(pickle.dumps(p))
     assert (q.space, q.dim) == ("l2", 4)
+
+
+def test_every_refusal_has_a_help_line():
+    """doc/python.md: exceptions carry hnswlib's message as their first
+    line, then a help: line."""
+    x = data(20, dim=4)
+
+    def index(max_elements=30, **kw):
+        p = kh.Index("l2", 4)
+        p.init_index(max_elements, **kw)
+        p.add_items(x)
+        return p
+
+    def marked():
+        p = index(allow_replace_deleted=True)
+        p.mark_deleted(1)
+        return p
+
+    def bf():
+        b = kh.BFIndex("l2", 4)
+        b.init_index(20)
+        b.add_items(x)
+        return b
+
+    calls = {
+        "space": (RuntimeError, lambda: kh.Index("hamming", 4)),
+        "3-d data": (RuntimeError,
+                     lambda: index().add_items(np.zeros((1, 1, 4)))),
+        "ids shape": (RuntimeError, lambda: index().add_items(x[:2], [1])),
+        "init twice": (RuntimeError, lambda: index().init_index(5)),
+        "BFIndex init twice": (RuntimeError, lambda: bf().init_index(5)),
+        "re-add marked": (RuntimeError, lambda: marked().add_items(x[1], 1)),
+        "mark twice": (RuntimeError, lambda: marked().mark_deleted(1)),
+        "unmark live": (RuntimeError, lambda: index().unmark_deleted(2)),
+        "resize below": (RuntimeError, lambda: index().resize_index(3)),
+        "get_items(3)": (ValueError, lambda: index().get_items(3)),
+        "return_type": (ValueError,
+                        lambda: index().get_items([1], return_type="x")),
+        "BFIndex dims": (RuntimeError, lambda: bf().add_items(x[:1, :3])),
+        "BFIndex query dims": (RuntimeError,
+                               lambda: bf().knn_query(x[:1, :3])),
+        "BFIndex full": (RuntimeError, lambda: bf().add_items(x[0], 99)),
+        "mark missing": (RuntimeError, lambda: index().mark_deleted(99)),
+        "unmark missing": (RuntimeError, lambda: index().unmark_deleted(99)),
+        "get missing": (RuntimeError, lambda: index().get_items([99])),
+    }
+    for name, (kind, call) in calls.items():
+        with pytest.raises(kind) as e:
+            call()
+        first, _, rest = str(e.value).partition("\n")
+        assert first and rest.startswith("help: "), (name, str(e.value))
