@@ -47,15 +47,36 @@ kv_registry_remove(kv_table *t)
 }
 
 static kv_table *
-registry_find(sqlite3 *db, const char *name)
+registry_find(sqlite3 *db, const char *schema, const char *name)
 {
     kv_table *found = NULL;
     sqlite3_mutex_enter(registry_mutex());
     for (kv_table *t = registry; t && !found; t = t->next)
-        if (t->db == db && !sqlite3_stricmp(t->name, name))
+        if (t->db == db && !sqlite3_stricmp(t->schema, schema) &&
+            !sqlite3_stricmp(t->name, name))
             found = t;
     sqlite3_mutex_leave(registry_mutex());
     return found;
+}
+
+/* Whether database schema of db holds a table named name. */
+static int
+schema_has(sqlite3 *db, const char *schema, const char *name)
+{
+    if (!schema)
+        return 0;
+    char *sql = sqlite3_mprintf("SELECT 1 FROM \"%w\".sqlite_schema WHERE "
+                                "type = 'table' AND name = ?1 COLLATE NOCASE",
+                                schema);
+    sqlite3_stmt *st = NULL;
+    int has = 0;
+    if (sql && sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        has = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    sqlite3_free(sql);
+    return has;
 }
 
 /* The keel table named by the function's first argument, connected. Sets
@@ -72,17 +93,43 @@ table_arg(sqlite3_context *ctx, sqlite3_value *arg, const char *fn)
         sqlite3_free(m);
         return NULL;
     }
-    kv_table *t = registry_find(db, name);
-    if (!t) {
+    /* The schema the name means in SQL: "aux.docs_vec", or the first of
+     * temp, main and the attached databases that has the table, the order
+     * in which SQLite resolves a name without one. */
+    char *schema = NULL, *table = NULL;
+    const char *dot = strchr(name, '.');
+    if (dot && schema_has(db, (schema = sqlite3_mprintf("%.*s",
+                                        (int)(dot - name), name)), dot + 1))
+        table = sqlite3_mprintf("%s", dot + 1);
+    else {
+        sqlite3_free(schema);
+        schema = NULL;
+        sqlite3_stmt *dbs = NULL;
+        if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_database_list "
+                               "ORDER BY seq <> 1, seq", -1, &dbs,
+                               NULL) == SQLITE_OK)
+            while (!schema && sqlite3_step(dbs) == SQLITE_ROW) {
+                const char *s = (const char *)sqlite3_column_text(dbs, 0);
+                if (s && schema_has(db, s, name))
+                    schema = sqlite3_mprintf("%s", s);
+            }
+        sqlite3_finalize(dbs);
+        table = sqlite3_mprintf("%s", name);
+    }
+    kv_table *t = NULL;
+    if (schema && table && !(t = registry_find(db, schema, table))) {
         /* Not used by this connection yet: preparing a read connects it. */
-        char *sql = sqlite3_mprintf("SELECT rowid FROM \"%w\" LIMIT 0", name);
+        char *sql = sqlite3_mprintf("SELECT rowid FROM \"%w\".\"%w\" LIMIT 0",
+                                    schema, table);
         sqlite3_stmt *st = NULL;
         if (sql)
             sqlite3_prepare_v2(db, sql, -1, &st, NULL);
         sqlite3_free(sql);
-        t = registry_find(db, name);
+        t = registry_find(db, schema, table);
         sqlite3_finalize(st);
     }
+    sqlite3_free(schema);
+    sqlite3_free(table);
     if (!t) {
         char *m = sqlite3_mprintf("%s: no keel table named %s\nhelp: name a "
                                   "table made with CREATE VIRTUAL TABLE ... "

@@ -421,6 +421,23 @@ def test_index_file_removed_under_a_connection(db):
     other = connect(db)
     expect_error(other, "SELECT rowid FROM v", (), "is missing", "help:")
 
+
+def test_maintenance_names_the_table_sql_does(db, tmp_path):
+    """keel_stats('v') means the table SQL's v means (main before an
+    attached database's v); 'aux.v' names the attached one."""
+    conn = connect(db)
+    conn.execute("ATTACH ? AS aux", (str(tmp_path / "a.db"),))
+    conn.execute("CREATE VIRTUAL TABLE aux.v USING keel(dim=3)")
+    conn.execute("SELECT keel_stats('aux.v')")  # aux.v connected first
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+
+    def dim(name):
+        return conn.execute("SELECT json_extract(keel_stats(?), '$.dim')",
+                            (name,)).fetchone()[0]
+    assert (dim("v"), dim("main.v"), dim("aux.v"), dim("V")) == (2, 2, 3, 2)
+    expect_error(conn, "SELECT keel_check('nope.v')", (), "no keel table",
+                 "help:")
+
 def test_statement_open_across_commit(db):
     """A scan begun in a write transaction (on the writer) goes on after
     the commit closes the writer, through the reader, page after page."""
