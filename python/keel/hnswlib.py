@@ -850,9 +850,12 @@ def convert(hnswlib_file, keel_file, space="l2"):
             % out)
     index = Index(space, h["dim"], path=out)
     try:
+        # keel's limits, as keel import-hnswlib takes them: M 2..32767,
+        # ef_construction 1..100000 (0 means the default, 200).
         index.init_index(max_elements=max(h["max_elements"], 1),
-                         M=max(h["m"], 2),
-                         ef_construction=h["ef_construction"])
+                         M=min(max(h["m"], 2), 32767),
+                         ef_construction=min(h["ef_construction"] or 200,
+                                             _MAX_EF))
         live = ~deleted
         index.add_items(vectors[live], labels[live])
         # A label live in one slot and marked deleted in another (hnswlib's

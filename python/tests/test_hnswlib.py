@@ -606,3 +606,26 @@ def test_every_refusal_has_a_help_line():
             call()
         first, _, rest = str(e.value).partition("\n")
         assert first and rest.startswith("help: "), (name, str(e.value))
+
+
+@pytest.mark.parametrize("m, efc, want", [(40000, 2**63, (32767, 100000)),
+                                          (1, 0, (2, 200))])
+def test_convert_takes_settings_as_the_cli_does(tmp_path, m, efc, want):
+    """M and ef_construction past keel's limits convert at the limit, as
+    keel import-hnswlib takes them (convert refused such a file)."""
+    src = crafted_hnswlib_file(tmp_path / "h.bin", [[1, 2], [3, 4]], [7, 8])
+    with open(src, "r+b") as f:
+        f.seek(72)
+        f.write(struct.pack("<Q", m))
+        f.seek(88)
+        f.write(struct.pack("<Q", efc))
+    p = kh.convert(src, str(tmp_path / "c.keel"))
+    assert (p.M, p.ef_construction) == want
+    assert sorted(p.get_ids_list()) == [7, 8]
+    p.close()
+    if os.path.exists(KEEL):
+        out = str(tmp_path / "cli.keel")
+        run = subprocess.run([KEEL, "import-hnswlib", src, out, "--json"],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert '"M": %d, "ef_construction": %d' % want in run.stdout
