@@ -372,6 +372,24 @@ begin_writes(kv_table *t)
     return SQLITE_OK;
 }
 
+/* Whether the connection holds its database's lock for good (PRAGMA
+** locking_mode=EXCLUSIVE). */
+static int
+exclusive_lock(kv_table *t)
+{
+    char *sql = sqlite3_mprintf("PRAGMA \"%w\".locking_mode", t->schema);
+    sqlite3_stmt *st = NULL;
+    int excl = 0;
+    if (sql && sqlite3_prepare_v2(t->db, sql, -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0);
+        excl = m && !sqlite3_stricmp(m, "exclusive");
+    }
+    sqlite3_finalize(st);
+    sqlite3_free(sql);
+    return excl;
+}
+
 int
 kv_reader_check(kv_table *t)
 {
@@ -409,9 +427,13 @@ kv_reader_check(kv_table *t)
         if (krc)
             return kv_keel_error(t, krc, "opening the index to recover it");
         sqlite3 *fresh = NULL;
-        rc = sqlite3_open_v2(sqlite3_db_filename(t->db, t->schema), &fresh,
-                             SQLITE_OPEN_READONLY, NULL);
-        if (rc)
+        if (exclusive_lock(t))
+            /* This connection keeps the database's lock (locking_mode=
+             * EXCLUSIVE): no other can commit, so its own view is the
+             * newest, and another connection could not read at all. */
+            rc = reconcile(t, t->db, t->schema, w, 1, &differ);
+        else if ((rc = sqlite3_open_v2(sqlite3_db_filename(t->db, t->schema),
+                                       &fresh, SQLITE_OPEN_READONLY, NULL)))
             kv_error(t, "%s: opening the database to recover the index: %s",
                      t->name, fresh ? sqlite3_errmsg(fresh) : "no memory");
         else

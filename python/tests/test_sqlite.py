@@ -438,6 +438,31 @@ def test_maintenance_names_the_table_sql_does(db, tmp_path):
     expect_error(conn, "SELECT keel_check('nope.v')", (), "no keel table",
                  "help:")
 
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_recovery_in_exclusive_locking_mode(db, tmp_path, journal):
+    """A file left behind the database (a power-loss image: the index at
+    its flush before the last transaction) is rolled forward by a read of a
+    connection in locking_mode=EXCLUSIVE, which holds the database's lock
+    (a second connection cannot read the log)."""
+    conn = connect(db)
+    conn.execute("PRAGMA journal_mode=%s" % journal)
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("CREATE TABLE o(x)")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1,0]')")
+    conn.close()
+    shutil.copy(db + ".v.keel", str(tmp_path / "before.keel"))
+    conn = connect(db)
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (2, '[0,1]')")
+    conn.close()
+    os.remove(db + ".v.keel")
+    shutil.copy(str(tmp_path / "before.keel"), db + ".v.keel")
+    conn = connect(db)
+    conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+    conn.execute("INSERT INTO o VALUES (1)")  # the lock is held from here
+    assert ids(conn) == [1, 2]
+    assert knn(conn, "v", [0, 1], 1) == [(2, 0.0)]
+
 def test_statement_open_across_commit(db):
     """A scan begun in a write transaction (on the writer) goes on after
     the commit closes the writer, through the reader, page after page."""
