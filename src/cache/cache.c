@@ -32,8 +32,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define G KEEL_CACHE_GRANULE
-
 /* --- granules ----------------------------------------------------------- */
 
 /* Whether granule g holds data in the pinned version (under mu). */
@@ -86,7 +84,8 @@ evict_locked(keel_cache *c)
                                __ATOMIC_RELAXED);
             continue;
         }
-        if (keel__os->punch(c->memfd, g * G, G) != 0)
+        if (keel__os->punch(c->memfd, g * KEEL_CACHE_GRANULE,
+                            KEEL_CACHE_GRANULE) != 0)
             continue; /* stays in; tried again next time */
         __atomic_fetch_and(&c->state[g], (uint8_t)~KEEL_G_IN, __ATOMIC_RELEASE);
         __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
@@ -104,8 +103,9 @@ install_locked(keel_cache *c, uint64_t g, const uint8_t *buf, uint8_t flags)
         __atomic_fetch_or(&c->state[g], KEEL_G_REF, __ATOMIC_RELAXED);
         return KEEL_OK; /* the same version's bytes are there */
     }
-    ssize_t w = keel__os->pwrite(c->memfd, buf, G, g * G);
-    if (w != (ssize_t)G)
+    ssize_t w = keel__os->pwrite(c->memfd, buf, KEEL_CACHE_GRANULE,
+                                 g * KEEL_CACHE_GRANULE);
+    if (w != (ssize_t)KEEL_CACHE_GRANULE)
         return keel__fail(KEEL_ENOMEM, "no memory for page %" PRIu64 " of %s "
                           "(%s)\nhelp: free memory, or lower "
                           "KEEL_MEMORY_CACHE_BYTES", g, c->url,
@@ -124,6 +124,37 @@ keel__cache_install(keel_cache *c, uint64_t g, const uint8_t *buf)
     pthread_mutex_lock(&c->mu);
     int rc = install_locked(c, g, buf, 0);
     pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int
+keel__cache_fetch(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                  const uint64_t *g, size_t n, uint8_t *bufs,
+                  uint32_t inflight, keel_stop *stop, int warm,
+                  keel_cache_wq *later, size_t *nlater)
+{
+    keel_fetch_page local[8], *p = local;
+    if (n > sizeof local / sizeof local[0] &&
+        !(p = keel__malloc(n * sizeof *p)))
+        return KEEL_ENOMEM;
+    /* The version's entries (cache.h invariant 3 keeps the pinned one
+     * steady while a caller reads; copied under mu all the same). */
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < n; i++) {
+        p[i].g = g[i];
+        p[i].zero = g[i] >= m->npages ||
+                    m->pages[g[i]].pack == KEEL_MAN_ZERO_PAGE;
+        if (!p[i].zero) {
+            p[i].pg = m->pages[g[i]];
+            p[i].pk = m->packs[p[i].pg.pack];
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    keel_fetcher f = {c->url, c->bucket, c->prefix, c->disk, &c->n, warm};
+    int rc = keel__remote_fetch(&f, s3, p, n, bufs, inflight, stop, later,
+                                nlater);
+    if (p != local)
+        keel__free(p);
     return rc;
 }
 
@@ -165,7 +196,8 @@ keel__cache_begin(keel_cache *c)
             uint64_t g = c->poison[i];
             if (g >= c->ngran || !(c->state[g] & KEEL_G_IN))
                 continue;
-            keel__os->punch(c->memfd, g * G, G);
+            keel__os->punch(c->memfd, g * KEEL_CACHE_GRANULE,
+                            KEEL_CACHE_GRANULE);
             KEEL_STORE_RELEASE(&c->state[g], 0);
             __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
             note_missing(c, g, 1);
@@ -189,7 +221,7 @@ keel__cache_end(keel_cache *c, uint64_t gen, int rc)
     return keel__fail(KEEL_EIO, "%s", msg);
 }
 
-/* --- the fault thread ------------------------------------------------------ */
+/* --- the fault thread ---------------------------------------------------- */
 
 /* File offset of addr in the memfd, or UINT64_MAX if no mapping holds it. */
 static uint64_t
@@ -212,7 +244,8 @@ static void *
 fault_main(void *arg)
 {
     keel_cache *c = arg;
-    uint8_t *buf = keel__malloc(G), *zero = keel__calloc(1, G);
+    uint8_t *buf = keel__malloc(KEEL_CACHE_GRANULE);
+    uint8_t *zero = keel__calloc(1, KEEL_CACHE_GRANULE);
     size_t page = keel__page_size();
     while (!KEEL_LOAD_ACQUIRE(&c->stop)) {
         if (keel__os->wait_readable(c->uffd, 50) <= 0)
@@ -220,12 +253,13 @@ fault_main(void *arg)
         uintptr_t addr;
         while (keel__os->uffd_next(c->uffd, &addr) == 1) {
             uint64_t off = offset_of(c, addr);
-            uint64_t g = off / G;
+            uint64_t g = off / KEEL_CACHE_GRANULE;
             if (off != UINT64_MAX && g < c->ngran &&
                 !(KEEL_LOAD_ACQUIRE(&c->state[g]) & KEEL_G_IN)) {
-                int rc = buf && zero ? keel__remote_fetch(c, c->fault_s3, &g,
-                                                          1, buf, 1, NULL,
-                                                          NULL, NULL)
+                int rc = buf && zero ? keel__cache_fetch(c, &c->man,
+                                                         c->fault_s3, &g, 1,
+                                                         buf, 1, NULL, 0,
+                                                         NULL, NULL)
                                      : KEEL_ENOMEM;
                 if (rc == KEEL_OK)
                     rc = keel__cache_install(c, g, buf);
@@ -244,11 +278,11 @@ fault_main(void *arg)
     return NULL;
 }
 
-/* --- the disk writer (cache.h invariant 6) ---------------------------------- */
+/* --- the disk writer (cache.h invariant 6) -------------------------------- */
 
 /* Writes page w to the disk cache if the memfd still holds it: read back,
 ** checked against its hash (a punched or replaced granule reads as other
-** bytes). buf: G bytes of scratch. */
+** bytes). buf: KEEL_CACHE_GRANULE bytes of scratch. */
 static void
 write_back(keel_cache *c, const keel_cache_wq *w, uint8_t *buf)
 {
@@ -256,11 +290,13 @@ write_back(keel_cache *c, const keel_cache_wq *w, uint8_t *buf)
      * the granule cannot be punched while it is read. */
     pthread_mutex_lock(&c->mu);
     int in = w->g < c->ngran && (c->state[w->g] & KEEL_G_IN) &&
-             keel__os->pread(c->memfd, buf, G, w->g * G) == (ssize_t)G;
+             keel__os->pread(c->memfd, buf, KEEL_CACHE_GRANULE,
+                             w->g * KEEL_CACHE_GRANULE) ==
+                 (ssize_t)KEEL_CACHE_GRANULE;
     pthread_mutex_unlock(&c->mu);
     if (!in)
         return;
-    XXH128_hash_t h = XXH3_128bits(buf, G);
+    XXH128_hash_t h = XXH3_128bits(buf, KEEL_CACHE_GRANULE);
     if (h.high64 == w->hash_hi && h.low64 == w->hash_lo)
         keel__disk_put(c->disk, w->hash_hi, w->hash_lo, buf);
 }
@@ -296,7 +332,7 @@ static void *
 writer_main(void *arg)
 {
     keel_cache *c = arg;
-    uint8_t *buf = keel__malloc(G);
+    uint8_t *buf = keel__malloc(KEEL_CACHE_GRANULE);
     pthread_mutex_lock(&c->wq_lock);
     for (;;) {
         while (!c->wq_head && !c->wq_stop)
@@ -372,14 +408,14 @@ writer_stop(keel_cache *c)
         pthread_join(c->wq_thread, NULL);
 }
 
-/* --- opening and closing ---------------------------------------------------- */
+/* --- opening and closing -------------------------------------------------- */
 
 static int
 resize(keel_cache *c, uint64_t npages)
 {
     if (npages <= c->ngran)
         return KEEL_OK;
-    uint64_t bytes = npages * G;
+    uint64_t bytes = npages * KEEL_CACHE_GRANULE;
     int err = keel__os->truncate(c->memfd, bytes);
     if (err)
         return keel__fail(KEEL_ENOMEM, "cannot size the memory image of %s "
@@ -411,8 +447,8 @@ fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n)
     uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
     *n = (size_t)KEEL_MIN(m->npages, (uint64_t)KEEL_CACHE_PINNED);
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__remote_fetch_of(c, m, s3, g, *n, buf, (uint32_t)*n,
-                                        NULL, NULL, NULL)
+    int rc = s3 ? keel__cache_fetch(c, m, s3, g, *n, buf, (uint32_t)*n, NULL,
+                                    0, NULL, NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
     return rc;
@@ -426,10 +462,13 @@ put_pinned_locked(keel_cache *c, const uint8_t *buf, size_t n, int overwrite)
     int rc = KEEL_OK;
     for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
         if (overwrite && (c->state[i] & KEEL_G_IN)) {
-            ssize_t w = keel__os->pwrite(c->memfd, buf + i * G, G, i * G);
-            rc = w == (ssize_t)G ? KEEL_OK : KEEL_ENOMEM;
+            ssize_t w = keel__os->pwrite(c->memfd,
+                                         buf + i * KEEL_CACHE_GRANULE,
+                                         KEEL_CACHE_GRANULE,
+                                         i * KEEL_CACHE_GRANULE);
+            rc = w == (ssize_t)KEEL_CACHE_GRANULE ? KEEL_OK : KEEL_ENOMEM;
         } else {
-            rc = install_locked(c, i, buf + i * G, 0);
+            rc = install_locked(c, i, buf + i * KEEL_CACHE_GRANULE, 0);
         }
     }
     return rc;
@@ -439,7 +478,7 @@ put_pinned_locked(keel_cache *c, const uint8_t *buf, size_t n, int overwrite)
 static int
 install_pinned(keel_cache *c)
 {
-    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
+    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * KEEL_CACHE_GRANULE);
     if (!buf)
         return KEEL_ENOMEM;
     size_t n;
@@ -478,7 +517,8 @@ keel__cache_start(keel_cache *c, uint64_t memory_bytes)
     int rc;
     c->n.seq = c->man.seq;
     uint64_t mem = memory_bytes ? memory_bytes : KEEL_CACHE_MEMORY_DFLT;
-    c->mem_limit = KEEL_MAX(mem / G, (uint64_t)KEEL_CACHE_MIN_GRANULES);
+    c->mem_limit = KEEL_MAX(mem / KEEL_CACHE_GRANULE,
+                            (uint64_t)KEEL_CACHE_MIN_GRANULES);
     c->hand = KEEL_CACHE_PINNED;
     if ((c->memfd = keel__os->memfd("keel:s3")) < 0)
         return keel__fail(KEEL_ENOMEM, "cannot make the memory image of %s "
@@ -684,7 +724,7 @@ keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
         return KEEL_OK;
     }
     size_t n = 0;
-    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * G);
+    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * KEEL_CACHE_GRANULE);
     int rc = buf ? fetch_pinned(c, next, buf, &n) : KEEL_ENOMEM;
     if (rc == KEEL_OK && ok)
         rc = ok(next, buf, n, arg);
@@ -705,7 +745,7 @@ keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
             continue;
         if (!(c->state[g] & KEEL_G_IN))
             continue;
-        keel__os->punch(c->memfd, g * G, G);
+        keel__os->punch(c->memfd, g * KEEL_CACHE_GRANULE, KEEL_CACHE_GRANULE);
         KEEL_STORE_RELEASE(&c->state[g], 0);
         __atomic_sub_fetch(&c->resident, 1, __ATOMIC_RELAXED);
     }

@@ -246,23 +246,42 @@ uint64_t keel__cache_inflight_max(void);
 uint64_t keel__cache_inflight_now(void);
 void keel__cache_inflight_reset(void);
 
-/* remote.c: fetches granules g[0..n) of the pinned version into bufs
-** (n x KEEL_CACHE_GRANULE bytes) from the disk cache or with ranged GETs
-** (up to inflight at once) through client s3; checks each against its
-** hash. KEEL_ECANCELED when stop (NULL: none) said stop during the GETs:
-** bufs then hold nothing usable, and nothing reached the disk cache.
-** Fetched pages go to the disk cache at once, or with later (room for n
-** entries) are listed there (*nlater of them) for keel__cache_write_later
-** once they are installed. */
-int keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g,
-                       size_t n, uint8_t *bufs, uint32_t inflight,
-                       keel_stop *stop, keel_cache_wq *later, size_t *nlater);
-/* The same for the granules of version m, pinned or not (a switch fetches
-** the next version's header pages before it changes anything). */
-int keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
-                          const uint64_t *g, size_t n, uint8_t *bufs,
-                          uint32_t inflight, keel_stop *stop,
-                          keel_cache_wq *later, size_t *nlater);
+/* One granule as the fetcher sees it: its manifest entry and pack, copied
+** by the caller from the version it reads (keel__cache_fetch: under mu). */
+typedef struct keel_fetch_page {
+    uint64_t g;
+    keel_man_page pg;
+    keel_man_pack pk;
+    int zero;                  /* a zero page (or past the version's end) */
+} keel_fetch_page;
+
+/* Where the fetcher gets pages and counts what it did. */
+typedef struct keel_fetcher {
+    const char *url, *bucket, *prefix;
+    keel_disk *disk;           /* NULL: none */
+    keel_cache_counters *n;    /* atomic adds */
+    int warm;                  /* count the GETs in warm_gets too */
+} keel_fetcher;
+
+/* remote.c: fetches pages p[0..n) into bufs (n x KEEL_CACHE_GRANULE bytes)
+** from the disk cache or with ranged GETs (up to inflight at once) through
+** client s3; checks each against its hash. KEEL_ECANCELED when stop (NULL:
+** none) said stop during the GETs: bufs then hold nothing usable, and
+** nothing reached the disk cache. Fetched pages go to the disk cache at
+** once, or with later (room for n entries) are listed there (*nlater of
+** them) for keel__cache_write_later once they are installed. Touches no
+** state of a cache: the fetcher sits below cache.c. */
+int keel__remote_fetch(const keel_fetcher *f, keel_s3 *s3,
+                       const keel_fetch_page *p, size_t n, uint8_t *bufs,
+                       uint32_t inflight, keel_stop *stop,
+                       keel_cache_wq *later, size_t *nlater);
+/* cache.c: the same for granules g[0..n) of version m (the pinned one, or
+** the next a switch fetches the header pages of), their entries copied
+** under mu; warm: count the GETs as warm's. */
+int keel__cache_fetch(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
+                      const uint64_t *g, size_t n, uint8_t *bufs,
+                      uint32_t inflight, keel_stop *stop, int warm,
+                      keel_cache_wq *later, size_t *nlater);
 /* Hands installed pages to the disk writer (invariant 6); when its queue
 ** is full (or it cannot start), writes them from w[i].buf itself. */
 void keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n);

@@ -1,6 +1,7 @@
 /* remote.c -- a published index's bytes from its object store: the newest
-** manifest, pages fetched and checked, and the batch-read source that
-** brings a search's granules in with the seed's policy (cache.h).
+** manifest, and pages fetched and checked (cache.h). The fetcher below the
+** page cache: it fills buffers it is given and never touches the memfd or
+** a granule's state (cache/bring.c and cache.c install what it fetched).
 **
 ** Invariants:
 **   (1) A page reaches the memfd or the disk cache only after its bytes
@@ -31,13 +32,9 @@
 #include <time.h>
 #include <xxhash.h>
 
-#define G KEEL_CACHE_GRANULE
 #define KEY_MAX 1200
 
 static uint64_t inflight_now, inflight_max; /* atomic, invariant (2) */
-/* Set while this thread fetches for warm (keel__cache_bring_addr): its
-** GETs are counted apart as well (warm_gets, warm_bytes). */
-static _Thread_local int for_warm;
 
 uint64_t
 keel__cache_inflight_max(void)
@@ -323,34 +320,19 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
     return rc;
 }
 
-/* --- pages ------------------------------------------------------------------ */
-
-typedef struct miss {
-    size_t i;                 /* index in the caller's list */
-    keel_man_page pg;
-    keel_man_pack pk;
-} miss;
+/* --- pages ---------------------------------------------------------------- */
 
 int
-keel__remote_fetch(keel_cache *c, keel_s3 *s3, const uint64_t *g, size_t n,
-                   uint8_t *bufs, uint32_t inflight, keel_stop *stop,
-                   keel_cache_wq *later, size_t *nlater)
-{
-    return keel__remote_fetch_of(c, &c->man, s3, g, n, bufs, inflight, stop,
-                                 later, nlater);
-}
-
-int
-keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
-                      const uint64_t *g, size_t n, uint8_t *bufs,
-                      uint32_t inflight, keel_stop *stop,
-                      keel_cache_wq *later, size_t *nlater)
+keel__remote_fetch(const keel_fetcher *f, keel_s3 *s3,
+                   const keel_fetch_page *p, size_t n, uint8_t *bufs,
+                   uint32_t inflight, keel_stop *stop, keel_cache_wq *later,
+                   size_t *nlater)
 {
     if (nlater)
         *nlater = 0;
     if (n == 0)
         return KEEL_OK;
-    miss *ms = keel__malloc(n * sizeof *ms);
+    size_t *ms = keel__malloc(n * sizeof *ms); /* indexes of pages to get */
     keel_s3_range *rs = keel__malloc(n * sizeof *rs);
     char *keys = keel__malloc(n * (size_t)KEY_MAX);
     if (!ms || !rs || !keys) {
@@ -359,45 +341,30 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
         keel__free(keys);
         return KEEL_ENOMEM;
     }
-    /* The version's entries (cache.h invariant 3 keeps the pinned one
-     * steady while a caller reads; copied under mu all the same). Zero
-     * pages need no fetch. */
+    /* Zero pages need no fetch; the disk cache, then runs of neighbouring
+     * pages of one pack, in the caller's order: one GET each. */
     size_t nm = 0, nr = 0;
-    pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < n; i++) {
-        if (g[i] >= m->npages || m->pages[g[i]].pack == KEEL_MAN_ZERO_PAGE) {
-            memset(bufs + i * G, 0, G);
+        uint8_t *b = bufs + i * KEEL_CACHE_GRANULE;
+        if (p[i].zero) {
+            memset(b, 0, KEEL_CACHE_GRANULE);
             continue;
         }
-        ms[nm].i = i;
-        ms[nm].pg = m->pages[g[i]];
-        ms[nm].pk = m->packs[ms[nm].pg.pack];
-        nm++;
-    }
-    pthread_mutex_unlock(&c->mu);
-    /* The disk cache, then runs of neighbouring pages of one pack, in the
-     * caller's order: one GET each. */
-    size_t k = 0;
-    for (size_t j = 0; j < nm; j++) {
-        uint8_t *b = bufs + ms[j].i * G;
-        if (c->disk &&
-            keel__disk_get(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo, b)) {
-            __atomic_add_fetch(&c->n.disk_hits, 1, __ATOMIC_RELAXED);
+        if (f->disk &&
+            keel__disk_get(f->disk, p[i].pg.hash_hi, p[i].pg.hash_lo, b)) {
+            __atomic_add_fetch(&f->n->disk_hits, 1, __ATOMIC_RELAXED);
             continue;
         }
-        ms[k] = ms[j];
-        if (k && ms[k - 1].i + 1 == ms[k].i &&
-            ms[k - 1].pg.pack == ms[k].pg.pack &&
-            ms[k - 1].pg.off + G == ms[k].pg.off) {
-            rs[nr - 1].len += G;
+        if (nm && ms[nm - 1] + 1 == i && p[i - 1].pg.pack == p[i].pg.pack &&
+            p[i - 1].pg.off + KEEL_CACHE_GRANULE == p[i].pg.off) {
+            rs[nr - 1].len += KEEL_CACHE_GRANULE;
         } else {
             char *key = keys + nr * KEY_MAX;
-            keel__pack_key(key, KEY_MAX, c->prefix, &ms[k].pk);
-            rs[nr++] = (keel_s3_range){key, ms[k].pg.off, G, b};
+            keel__pack_key(key, KEY_MAX, f->prefix, &p[i].pk);
+            rs[nr++] = (keel_s3_range){key, p[i].pg.off, KEEL_CACHE_GRANULE, b};
         }
-        k++;
+        ms[nm++] = i;
     }
-    nm = k;
     int rc = KEEL_OK;
     if (nr) {
         uint64_t fly = KEEL_MIN((uint64_t)KEEL_MAX(inflight, 1u), (uint64_t)nr);
@@ -407,19 +374,18 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
                    &inflight_max, &max, now, 1, __ATOMIC_RELAXED,
                    __ATOMIC_RELAXED))
             ;
-        rc = keel__s3_get_ranges(s3, c->bucket, rs, nr, (uint32_t)fly,
-                                 stop);
+        rc = keel__s3_get_ranges(s3, f->bucket, rs, nr, (uint32_t)fly, stop);
         __atomic_sub_fetch(&inflight_now, fly, __ATOMIC_RELAXED);
         uint64_t bytes = 0;
         for (size_t j = 0; j < nr; j++)
             bytes += rs[j].len;
-        __atomic_add_fetch(&c->n.gets, nr, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&c->n.get_bytes, bytes, __ATOMIC_RELAXED);
-        if (for_warm) {
-            __atomic_add_fetch(&c->n.warm_gets, nr, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&c->n.warm_bytes, bytes, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&f->n->gets, nr, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&f->n->get_bytes, bytes, __ATOMIC_RELAXED);
+        if (f->warm) {
+            __atomic_add_fetch(&f->n->warm_gets, nr, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&f->n->warm_bytes, bytes, __ATOMIC_RELAXED);
         } else {
-            __atomic_add_fetch(&c->n.rounds, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&f->n->rounds, 1, __ATOMIC_RELAXED);
         }
         if (rc == KEEL_ECANCELED) {
             /* Invariant (1): cut-short answers are neither checked nor
@@ -431,290 +397,40 @@ keel__remote_fetch_of(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
         }
         if (rc)
             rc = keel__wrap(rc, "reading page %" PRIu64 " of %s: ",
-                            g[ms[0].i], c->url);
+                            p[ms[0]].g, f->url);
     }
     /* Invariant (1). */
     for (size_t j = 0; j < nm && rc == KEEL_OK; j++) {
-        const uint8_t *b = bufs + ms[j].i * G;
-        XXH128_hash_t h = XXH3_128bits(b, G);
-        if (h.high64 != ms[j].pg.hash_hi || h.low64 != ms[j].pg.hash_lo) {
+        const keel_fetch_page *q = &p[ms[j]];
+        XXH128_hash_t h = XXH3_128bits(bufs + ms[j] * KEEL_CACHE_GRANULE,
+                                       KEEL_CACHE_GRANULE);
+        if (h.high64 != q->pg.hash_hi || h.low64 != q->pg.hash_lo) {
             char key[KEY_MAX];
-            keel__pack_key(key, sizeof key, c->prefix, &ms[j].pk);
+            keel__pack_key(key, sizeof key, f->prefix, &q->pk);
             rc = keel__fail(KEEL_EIO, "page %" PRIu64 " of %s does not match "
                             "its manifest: the %zu bytes at %" PRIu64 " of "
                             "object %s hash to another value\nhelp: the "
                             "object was changed or damaged on the server; "
                             "publish the index again, then retry",
-                            g[ms[j].i], c->url, (size_t)G, ms[j].pg.off, key);
+                            q->g, f->url, (size_t)KEEL_CACHE_GRANULE,
+                            q->pg.off, key);
         }
     }
-    if (rc == KEEL_OK && c->disk) {
+    if (rc == KEEL_OK && f->disk) {
         for (size_t j = 0; j < nm; j++) {
-            uint8_t *b = bufs + ms[j].i * G;
+            const keel_fetch_page *q = &p[ms[j]];
+            uint8_t *b = bufs + ms[j] * KEEL_CACHE_GRANULE;
             if (later)
-                later[(*nlater)++] = (keel_cache_wq){NULL, g[ms[j].i],
-                                                     ms[j].pg.hash_hi,
-                                                     ms[j].pg.hash_lo, b};
+                later[(*nlater)++] = (keel_cache_wq){NULL, q->g, q->pg.hash_hi,
+                                                     q->pg.hash_lo, b};
             else
-                keel__disk_put(c->disk, ms[j].pg.hash_hi, ms[j].pg.hash_lo,
-                               b);
+                keel__disk_put(f->disk, q->pg.hash_hi, q->pg.hash_lo, b);
         }
     }
     if (rc)
-        __atomic_add_fetch(&c->n.failures, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&f->n->failures, 1, __ATOMIC_RELAXED);
     keel__free(ms);
     keel__free(rs);
     keel__free(keys);
-    return rc;
-}
-
-/* --- the announced path: a batch-read source -------------------------------- */
-
-/* The source reads nothing in read(): it notes each run's granules, and
-** wait() fetches every run of the batch at once, as many GETs in flight as
-** the batch was granted runs (invariant 2), then installs them. */
-typedef struct rsrc {
-    keel_cache *c;
-    keel_s3 *s3;
-    keel_stop *stop;          /* the search's; NULL: none */
-    uint64_t *g;
-    size_t ng, cap;
-    uint32_t runs;
-    int failed;
-    char msg[1024];
-} rsrc;
-
-static long
-rsrc_read(void *self, const keel_br_run *run, const void **out)
-{
-    rsrc *s = self;
-    for (size_t i = 0; i < run->n; i++) {
-        const keel_br_range *r = &run->r[i];
-        for (uint64_t g = r->off / G; g * G < r->off + r->len; g++) {
-            if (s->ng && s->g[s->ng - 1] >= g)
-                continue; /* ranges are sorted: a granule met already */
-            if (s->ng == s->cap) {
-                size_t cap = s->cap ? 2 * s->cap : 64;
-                uint64_t *p = keel__realloc(s->g, cap * sizeof *p);
-                if (!p)
-                    return -ENOMEM;
-                s->g = p;
-                s->cap = cap;
-            }
-            s->g[s->ng++] = g;
-        }
-        out[i] = r->addr ? r->addr : (const void *)run->r;
-    }
-    s->runs++;
-    return (long)run->n;
-}
-
-static int
-rsrc_wait(void *self)
-{
-    rsrc *s = self;
-    if (!s->ng)
-        return 0;
-    uint8_t *bufs = keel__malloc(s->ng * G);
-    keel_cache_wq *later = keel__malloc(s->ng * sizeof *later);
-    size_t nlater = 0;
-    int rc = bufs && later ? keel__remote_fetch(s->c, s->s3, s->g, s->ng, bufs,
-                                                s->runs, s->stop, later,
-                                                &nlater)
-                           : KEEL_ENOMEM;
-    for (size_t i = 0; i < s->ng && rc == KEEL_OK; i++)
-        rc = keel__cache_install(s->c, s->g[i], bufs + i * G);
-    /* Cache invariant 6: to disk once in, by the writer. */
-    if (rc == KEEL_OK)
-        keel__cache_write_later(s->c, later, nlater);
-    keel__free(later);
-    keel__free(bufs);
-    s->ng = 0;
-    s->runs = 0;
-    if (rc == KEEL_OK)
-        return 0;
-    s->failed = rc;
-    snprintf(s->msg, sizeof s->msg, "%s", keel_errmsg());
-    return rc == KEEL_ENOMEM ? -ENOMEM : rc == KEEL_ECANCELED ? -ECANCELED
-                                                             : -EIO;
-}
-
-/* Appends x to the array *a (n entries, room for *cap; *a starts as
-** local, of *cap entries, and is replaced by a heap copy when full). */
-static int
-push_u64(uint64_t **a, size_t *n, size_t *cap, const uint64_t *local,
-         uint64_t x)
-{
-    if (*n == *cap) {
-        uint64_t *p = keel__malloc(2 * *cap * sizeof *p);
-        if (!p)
-            return KEEL_ENOMEM;
-        memcpy(p, *a, *n * sizeof *p);
-        if (*a != local)
-            keel__free(*a);
-        *a = p;
-        *cap *= 2;
-    }
-    (*a)[(*n)++] = x;
-    return KEEL_OK;
-}
-
-/* Gives up the claims on g[0..n) (cache.c invariant 3) and wakes the
-** searches waiting for them. */
-static void
-release_claims(keel_cache *c, const uint64_t *g, size_t n)
-{
-    if (!n)
-        return;
-    for (size_t i = 0; i < n; i++)
-        __atomic_fetch_and(&c->state[g[i]], (uint8_t)~KEEL_G_FETCH,
-                           __ATOMIC_RELEASE);
-    pthread_mutex_lock(&c->mu);
-    pthread_cond_broadcast(&c->fetched);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Waits until none of g[0..n) is claimed by another search's fetch, in
-** slices that poll stop; KEEL_OK or KEEL_ECANCELED. A granule that is not
-** in when its claim ends (that fetch failed, or it was evicted since) is
-** left to fault in. */
-static int
-wait_claims(keel_cache *c, const uint64_t *g, size_t n, keel_stop *stop)
-{
-    int rc = KEEL_OK;
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < n && rc == KEEL_OK;) {
-        uint8_t st = KEEL_LOAD_ACQUIRE(&c->state[g[i]]);
-        if ((st & KEEL_G_IN) || !(st & KEEL_G_FETCH)) {
-            i++;
-            continue;
-        }
-        uint32_t ms = KEEL_MIN(keel__stop_slice_ms(stop), 100u);
-        keel__cond_wait_ms(&c->fetched, &c->mu, ms);
-        /* The callback runs without the cache's lock. */
-        pthread_mutex_unlock(&c->mu);
-        if (keel__stop_poll(stop))
-            rc = keel__fail(KEEL_ECANCELED, "cancelled while waiting for "
-                            "pages of %s that another search fetches\nhelp: "
-                            "the cancel callback (keel_set_cancel) asked to "
-                            "stop", c->url);
-        pthread_mutex_lock(&c->mu);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-int
-keel__cache_bring(keel_cache *c, const keel_br_range *r, size_t n,
-                  keel_br_scratch *sc, keel_stop *stop)
-{
-    /* Only the granules not in memory go to the policy, and of those only
-     * the ones no other search is fetching already (it claimed them): this
-     * search waits for those instead of asking for them again. */
-    uint64_t local_mine[128], local_theirs[64];
-    uint64_t *mine = local_mine, *theirs = local_theirs;
-    size_t nm = 0, mine_cap = 128, nt = 0, theirs_cap = 64;
-    int rc = KEEL_OK;
-    for (size_t i = 0; i < n && rc == KEEL_OK; i++) {
-        if (!r[i].len)
-            continue;
-        uint64_t last = (r[i].off + r[i].len - 1) / G;
-        for (uint64_t g = r[i].off / G; g <= last && g < c->ngran; g++) {
-            uint8_t st = KEEL_LOAD_ACQUIRE(&c->state[g]);
-            if (st & KEEL_G_IN) {
-                if (!(st & KEEL_G_REF))
-                    __atomic_fetch_or(&c->state[g], KEEL_G_REF,
-                                      __ATOMIC_RELAXED);
-                continue;
-            }
-            if (nm && mine[nm - 1] == g)
-                continue; /* ranges of one granule in a row */
-            st = __atomic_fetch_or(&c->state[g], KEEL_G_FETCH,
-                                   __ATOMIC_ACQ_REL);
-            if (st & KEEL_G_FETCH) {
-                /* Claimed by another search (or by this one, earlier in
-                 * the list: it is already in mine). */
-                int own = 0;
-                for (size_t j = 0; j < nm && !own; j++)
-                    own = mine[j] == g;
-                if (!own && !(st & KEEL_G_IN))
-                    rc = push_u64(&theirs, &nt, &theirs_cap, local_theirs, g);
-                continue;
-            }
-            if (st & KEEL_G_IN) { /* installed meanwhile */
-                release_claims(c, &g, 1);
-                continue;
-            }
-            if ((rc = push_u64(&mine, &nm, &mine_cap, local_mine, g))) {
-                release_claims(c, &g, 1);
-                break;
-            }
-        }
-    }
-    if (rc == KEEL_OK && nm) {
-        keel_br_range *want = keel__malloc(nm * sizeof *want);
-        const void **out = keel__malloc(nm * sizeof *out);
-        rsrc s = {.c = c, .s3 = keel__remote_client(c), .stop = stop};
-        if (!want || !out || !s.s3) {
-            rc = KEEL_ENOMEM;
-        } else {
-            for (size_t i = 0; i < nm; i++)
-                want[i] = (keel_br_range){mine[i] * G, G, NULL};
-            keel_br_source src = {rsrc_read, rsrc_wait, &s};
-            rc = keel__br_read(&src, NULL, want, nm, out, sc);
-            /* The fetch's own message (the object, the status, the
-             * store's code), whatever failed: a 404 of a pack is no more
-             * a local disk's failure than a 503 is. Out of memory and a
-             * cancel keep their codes; the rest is a failed read. */
-            if (rc && s.failed)
-                rc = keel__fail(s.failed == KEEL_ENOMEM ||
-                                        s.failed == KEEL_ECANCELED
-                                    ? s.failed
-                                    : KEEL_EIO,
-                                "%s", s.msg);
-        }
-        keel__remote_release(c, s.s3);
-        keel__free(s.g);
-        keel__free(out);
-        keel__free(want);
-    }
-    release_claims(c, mine, nm);
-    if (rc == KEEL_OK && nt)
-        rc = wait_claims(c, theirs, nt, stop);
-    if (mine != local_mine)
-        keel__free(mine);
-    if (theirs != local_theirs)
-        keel__free(theirs);
-    return rc;
-}
-
-int
-keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
-                       keel_br_scratch *s, keel_stop *stop)
-{
-    keel_br_range local[64], *o = local;
-    if (n > sizeof local / sizeof local[0] &&
-        !(o = keel__malloc(n * sizeof *o)))
-        return KEEL_ENOMEM;
-    size_t m = 0;
-    pthread_mutex_lock(&c->mu);
-    for (size_t j = 0; j < n; j++) {
-        uintptr_t a = (uintptr_t)r[j].addr;
-        for (size_t i = 0; i < c->nregions; i++) {
-            const keel_cache_region *g = &c->regions[i];
-            if (a >= g->addr && a - g->addr < g->len) {
-                o[m].off = g->off + (a - g->addr);
-                o[m].len = KEEL_MIN(r[j].len, g->len - (a - g->addr));
-                o[m++].addr = NULL;
-                break;
-            }
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    for_warm = 1;
-    int rc = m ? keel__cache_bring(c, o, m, s, stop) : KEEL_OK;
-    for_warm = 0;
-    if (o != local)
-        keel__free(o);
     return rc;
 }
