@@ -153,13 +153,22 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote \
                  $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel
 
-test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python
+test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python $(BUILD)/test/no_userfaultfd
 	$(MAKE) test-objstore-run
+	BUILD=$(BUILD) bash test/objstore/suite-containers.sh
 
-# The same, with everything already built (tools/check.sh runs this).
+# The same, with everything already built (tools/check.sh runs this, and
+# test/objstore/suite-containers.sh as a job of its own: the URL suites
+# again with userfaultfd refused by a seccomp filter and KEEL_CACHE_POISON=1,
+# then as an unprivileged user).
 test-objstore-run:
 	KEEL=$(BUILD)/keel PYTHON=$(PYTHON) bash test/objstore/run.sh $(OBJSTORE_TESTS) \
 	    test/objstore/cli.sh test/objstore/python.sh test/objstore/guide.sh
+
+# Runs a command with the userfaultfd system call refused (seccomp).
+$(BUILD)/test/no_userfaultfd: test/objstore/no_userfaultfd.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $< -o $@
 
 # Fuzzing with libFuzzer (clang): FUZZ_SECONDS per target, default 60.
 fuzz:
@@ -200,6 +209,12 @@ bench-remote: $(BUILD)/libkeel.a $(BUILD)/keel $(BUILD)/s3_proxy
 # Which call overlaps cold page reads on this kernel (doc/batch_reads.md):
 #   make pagein-bench && build/pagein_bench FILE [--ranges 32] [--span 4096]
 pagein-bench: $(BUILD)/pagein_bench
+
+# Searches whose pages are all in memory, by URL against by path
+# (bench/cached_url_qps.c; under test/objstore/run.sh).
+$(BUILD)/cached_url_qps: bench/cached_url_qps.c $(BUILD)/libkeel.a | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $< -o $@ $(BUILD)/libkeel.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 $(BUILD)/pagein_bench: bench/pagein_bench.c
 	@mkdir -p $(dir $@)
@@ -243,7 +258,8 @@ test-hnswlib: python
 
 # Everything a suite runs, built but not run: the plain and sanitizer test
 # binaries, the CLI and the Python extension.
-test-bins: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5 $(OBJSTORE_TESTS)
+test-bins: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5 $(OBJSTORE_TESTS) \
+           $(BUILD)/test/no_userfaultfd
 
 check-bins:
 	$(MAKE) test-bins

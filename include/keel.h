@@ -236,8 +236,10 @@ int keel_open(const char *path, uint32_t dim, const keel_options *opt,
 ** page that cannot be fetched or fails its hash makes the call KEEL_EIO;
 ** the next call fetches it again. At open: KEEL_ENOTFOUND for a missing
 ** bucket or no index published at the prefix, KEEL_EIO naming a refused
-** key, an unreachable endpoint or a timeout. Linux only (it serves pages on
-** demand with a userfaultfd). */
+** key, an unreachable endpoint or a timeout. Linux only (a memfd image;
+** a userfaultfd where the system grants one, else every read is fetched
+** before it is made: it works in containers whose seccomp profile refuses
+** userfaultfd, and with KEEL_USERFAULTFD=0). */
 int keel_open_reader(const char *path, const keel_options *opt,
                      keel_index **out);
 

@@ -261,6 +261,11 @@ TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
         keel__cache_close(c);
         CHECK_OK(rc);
     }
+    if (!keel__cache_faults(c)) {
+        keel__cache_close(c);
+        TEST_SKIP("no userfaultfd here (the next test covers a cache "
+                  "without one)");
+    }
     void *m;
     CHECK_OK(keel__os->map(c->memfd, 0, npages * G, 0, &m));
     CHECK_OK(keel__cache_register(c, m, npages * G, 0));
@@ -300,6 +305,79 @@ TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
     gen = keel__cache_begin(c);
     sum += p[bad * G + 9];
     CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
+    keel__os->unmap(m, npages * G);
+    keel__cache_close(c);
+}
+
+TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
+{
+    char ep[512], ak[128], sk[128], po[16];
+    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
+    set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
+    set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
+    set_env("KEEL_CACHE_POISON", "1", po, sizeof po);
+    int rc;
+    uint64_t npages = 2 * KEEL_CACHE_MIN_GRANULES, bad = 40;
+    keel_cache *c = fake_cache(npages, bad, 1, &rc);
+    restore_env("AWS_ENDPOINT_URL", ep);
+    restore_env("AWS_ACCESS_KEY_ID", ak);
+    restore_env("AWS_SECRET_ACCESS_KEY", sk);
+    restore_env("KEEL_CACHE_POISON", po);
+    if (rc) {
+        keel__cache_close(c);
+        CHECK_OK(rc);
+    }
+    CHECK(!keel__cache_faults(c)); /* the check turns the userfaultfd off */
+    void *m;
+    CHECK_OK(keel__os->map(c->memfd, 0, npages * G, 0, &m));
+    CHECK_OK(keel__cache_register(c, m, npages * G, 0));
+    const volatile uint8_t *p = m;
+    /* A call brings every page but `bad` in (zeros, no network): twice the
+     * bound, all kept until the call ends, then punched down to it. */
+    uint64_t gen = keel__cache_begin(c);
+    keel_br_range r[2] = {{KEEL_CACHE_PINNED * G, (bad - KEEL_CACHE_PINNED) * G,
+                           NULL},
+                          {(bad + 1) * G, (npages - bad - 1) * G, NULL}};
+    keel_br_scratch s = {0};
+    CHECK_OK(keel__cache_bring(c, r, 2, &s, NULL));
+    keel_cache_counters n;
+    keel__cache_counters(c, &n);
+    CHECK_EQ(n.resident, npages - 1);
+    CHECK_EQ(n.evictions, 0);
+    unsigned sum = 0;
+    for (uint64_t g = 0; g < npages; g++)
+        if (g != bad)
+            sum += p[g * G + 123];
+    CHECK_EQ(sum, 0);
+    CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
+    keel__cache_counters(c, &n);
+    printf("     %llu resident during the call, %llu after it (bound %u), "
+           "%llu evictions\n", (unsigned long long)(npages - 1),
+           (unsigned long long)n.resident, KEEL_CACHE_MIN_GRANULES,
+           (unsigned long long)n.evictions);
+    CHECK(n.resident <= KEEL_CACHE_MIN_GRANULES);
+    CHECK(n.evictions > 0);
+    CHECK_EQ(n.faults, 0);
+    CHECK(c->state[0] & KEEL_G_IN); /* the pinned pages stayed */
+    /* A read of a page nobody brought in reads zeros: the check fails the
+     * call and names the page. */
+    gen = keel__cache_begin(c);
+    sum = p[bad * G + 7];
+    CHECK_EQ(sum, 0);
+    CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
+    CHECK_MSG_HAS("touched page 40 ");
+    CHECK_MSG_HAS("help:");
+    /* Punched out again: the next clean call passes. */
+    gen = keel__cache_begin(c);
+    CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
+    /* An announced fetch that fails fails its call and installs nothing. */
+    gen = keel__cache_begin(c);
+    keel_br_range rb = {bad * G, G, NULL};
+    CHECK_ERR(keel__cache_bring(c, &rb, 1, &s, NULL), KEEL_EIO);
+    CHECK_MSG_HAS("127.0.0.1:1");
+    CHECK(!(c->state[bad] & KEEL_G_IN));
+    CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
+    keel__br_scratch_free(&s);
     keel__os->unmap(m, npages * G);
     keel__cache_close(c);
 }

@@ -1163,10 +1163,13 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
     keel_view v;
     uint64_t slot;
     rc = keel__store_view(idx->st, &v);
-    if (!rc && keel__store_id_lookup(&v, id, &slot) != KEEL_OK)
+    if (!rc && (rc = keel__store_id_lookup(&v, id, &slot)) == KEEL_ENOTFOUND)
         rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu in %s\n"
                         "help: check the id; deleted vectors cannot be read",
                         (unsigned long long)id, idx->path);
+    uint32_t s32 = (uint32_t)slot;
+    if (!rc) /* a published index read without faults (store/pagein.h) */
+        rc = keel__store_need_slots(idx->st, &s32, 1, KEEL_NEED_VEC);
     if (!rc) {
         const void *src = keel__store_vec(idx->st, slot);
         if (idx->precision == KEEL_F16)
@@ -1284,7 +1287,11 @@ keel_check(keel_index *idx)
     if (rc)
         return rc;
     uint64_t rgen = idx->writer ? 0 : keel__remote_begin(idx);
-    rc = keel__store_check(idx->st);
+    /* A check reads every page: a published index read without faults
+     * fetches them all first (store/pagein.h; held until the call ends). */
+    rc = keel__store_need_all(idx->st);
+    if (!rc)
+        rc = keel__store_check(idx->st);
     if (!idx->writer)
         rc = keel__remote_end(idx, rgen, rc);
     read_end(idx);

@@ -92,9 +92,18 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
     keel_view v;
     rc = keel__store_view(idx->st, &v);
     for (size_t i = 0; i < n && !rc; i++) {
-        if (keel__store_id_lookup(&v, ids[i], &slots[i]) == KEEL_OK)
+        int lrc = keel__store_id_lookup(&v, ids[i], &slots[i]);
+        if (lrc == KEEL_OK) {
+            /* A published index read without faults (store/pagein.h). */
+            uint32_t s32 = (uint32_t)slots[i];
+            rc = keel__store_need_slots(idx->st, &s32, 1, KEEL_NEED_VEC);
             continue;
+        }
         slots[i] = UINT64_MAX;
+        if (lrc != KEEL_ENOTFOUND) {
+            rc = lrc;
+            break;
+        }
         if (!found) {
             char at[64];
             rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu%s in "
@@ -256,6 +265,15 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
      * most candidates lose to its top at once. Ids are unique among live
      * slots, so no id enters twice. */
     for (uint64_t s = 0; !rc && s < v.count; s++) {
+        if (s % 256 == 0 && keel__store_announces(idx->st)) {
+            /* The next headers, fetched before they are read. */
+            uint32_t batch[256], nb = 0;
+            for (uint64_t t = s; t < v.count && nb < 256; t++)
+                batch[nb++] = (uint32_t)t;
+            if ((rc = keel__store_need_slots(idx->st, batch, nb,
+                                             KEEL_NEED_HDR)))
+                break;
+        }
         uint64_t id = keel__store_id(idx->st, s);
         if (after != KEEL_IDS_FIRST && id <= after)
             continue;

@@ -74,20 +74,30 @@ consider(radius_job *j, float d, uint32_t s)
         max_keep(j->res, &j->nres, j->cap, keel__pack(d, s));
 }
 
-/* Every accepted id of an allow-list, measured. */
-static void
+/* Every accepted id of an allow-list, measured. KEEL_OK, or the error of
+** fetching a page (a published index read without faults: every read
+** here is fetched first, store/pagein.h). */
+static int
 scan_allowed(radius_job *j)
 {
     const keel_idset *s = j->acc->allowed;
     for (uint64_t i = 0; i <= s->mask; i++) {
         uint64_t slot;
-        if (s->keys[i] == UINT64_MAX ||
-            keel__store_id_lookup(j->v, s->keys[i], &slot) != KEEL_OK)
+        if (s->keys[i] == UINT64_MAX)
             continue;
+        int rc = keel__store_id_lookup(j->v, s->keys[i], &slot);
+        uint32_t s32 = (uint32_t)slot;
+        if (rc == KEEL_OK)
+            rc = keel__store_need_slots(j->gr->st, &s32, 1, KEEL_NEED_VEC);
+        if (rc == KEEL_ENOTFOUND)
+            continue;
+        if (rc)
+            return rc;
         float d = keel__graph_dist(j->gr, j->q,
                                    keel__store_vec(j->gr->st, slot));
         consider(j, d, (uint32_t)slot);
     }
+    return KEEL_OK;
 }
 
 static int
@@ -97,8 +107,27 @@ walk(radius_job *j)
     const keel_view *v = j->v;
     keel_search_ctx *c = j->c;
     const keel_store *st = gr->st;
+    /* A published index read without faults announces the descent's pages
+     * as a search does (its record), and fetches the rest below. */
+    keel_br_record *rec = keel__store_announces(st)
+                              ? keel__br_record(&c->brc, st, v,
+                                                (uint32_t)j->beam)
+                              : NULL;
+    c->br = rec;
     uint32_t ep = keel__search_greedy(gr, v, c, j->q, v->entry, v->max_level,
                                       0);
+    c->br = NULL;
+    if (rec)
+        keel__br_done(rec);
+    int rc;
+    if (ep == KEEL_EMPTY) {
+        rc = c->br_rc ? c->br_rc : KEEL_EIO;
+        c->br_rc = 0;
+        return rc;
+    }
+    if ((rc = keel__store_need_slots(st, &ep, 1,
+                                     KEEL_NEED_VEC | KEEL_NEED_HDR)))
+        return rc;
     if (keel__visited_reset(c, v->limit) ||
         heap_grow(&c->res, &c->res_cap, j->beam + 1) ||
         heap_grow(&c->cand, &c->cand_cap, KEEL_MAX(j->beam + 1, 256)))
@@ -117,9 +146,10 @@ walk(radius_job *j)
                         (j->nres < j->cap || top < j->res[0]);
         if (!in_beam && !in_radius)
             break;
-        uint32_t len;
-        const uint32_t *list = keel__store_list(st, keel__pack_slot(top), 0,
-                                                &len);
+        uint32_t len, ts = keel__pack_slot(top);
+        if ((rc = keel__store_need_slots(st, &ts, 1, KEEL_NEED_REC)))
+            return rc;
+        const uint32_t *list = keel__store_list(st, ts, 0, &len);
         if (!list)
             continue;
         uint32_t ng = 0;
@@ -132,6 +162,9 @@ walk(radius_job *j)
         }
         if (heap_grow(&c->cand, &c->cand_cap, c->ncand + ng))
             return KEEL_ENOMEM;
+        if ((rc = keel__store_need_slots(st, c->gather, ng,
+                                         KEEL_NEED_VEC | KEEL_NEED_HDR)))
+            return rc;
         keel__graph_dist_group(gr, j->q, c->gvec, ng, c->gdist);
         for (uint32_t i = 0; i < ng; i++) {
             uint32_t s = c->gather[i];
@@ -220,7 +253,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
     if (!rc && v.count && v.entry != KEEL_EMPTY && v.entry < v.limit) {
         j.q = keel__prep_query(idx, query, c->vbuf);
         if (acc.allowed && acc.allowed->n <= 2 * j.beam)
-            scan_allowed(&j);
+            rc = scan_allowed(&j);
         else
             rc = walk(&j);
     }

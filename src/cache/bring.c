@@ -234,6 +234,24 @@ bring(keel_cache *c, const keel_br_range *r, size_t n, keel_br_scratch *sc,
     release_claims(c, mine, nm);
     if (rc == KEEL_OK && nt)
         rc = wait_claims(c, theirs, nt, stop);
+    if (rc == KEEL_OK && nt && !keel__cache_faults(c)) {
+        /* Nothing would fault them in (cache.h invariant 7): the granules
+         * whose other fetch failed, this search asks for itself. */
+        keel_br_range again[64];
+        size_t na = 0;
+        for (size_t i = 0; i < nt && rc == KEEL_OK; i++) {
+            if (KEEL_LOAD_ACQUIRE(&c->state[theirs[i]]) & KEEL_G_IN)
+                continue;
+            again[na++] = (keel_br_range){theirs[i] * KEEL_CACHE_GRANULE,
+                                          KEEL_CACHE_GRANULE, NULL};
+            if (na == sizeof again / sizeof again[0] || i + 1 == nt) {
+                rc = bring(c, again, na, sc, stop, warm);
+                na = 0;
+            }
+        }
+        if (rc == KEEL_OK && na)
+            rc = bring(c, again, na, sc, stop, warm);
+    }
     if (mine != local_mine)
         keel__free(mine);
     if (theirs != local_theirs)

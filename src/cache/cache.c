@@ -114,7 +114,8 @@ install_locked(keel_cache *c, uint64_t g, const uint8_t *buf, uint8_t flags)
                       __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->resident, 1, __ATOMIC_RELAXED);
     note_missing(c, g, 0);
-    evict_locked(c);
+    if (c->uffd >= 0)
+        evict_locked(c); /* else at the end of a call (cache.h invariant 8) */
     return KEEL_OK;
 }
 
@@ -187,9 +188,73 @@ poison(keel_cache *c, uint64_t g, const uint8_t *zero, const char *msg)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Whether granule g should be a hole now: not in, and not a zero page
+** (whose hole reads as the right bytes). Under mu. */
+static inline int
+hole(const keel_cache *c, uint64_t g)
+{
+    return !(KEEL_LOAD_RELAXED(&c->state[g]) & KEEL_G_IN) && has_data(c, g);
+}
+
+/* KEEL_CACHE_POISON=1: whether a call read a granule it never brought in
+** (cache.h): under mu, any page with data in a run of granules that are
+** not in (a read through a mapping of a hole filled it). The first such
+** granule fails the call; every one found is punched out again. */
+static int
+check_holes(keel_cache *c)
+{
+    const uint64_t G = KEEL_CACHE_GRANULE;
+    uint64_t bad = UINT64_MAX, found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint64_t g = 0; g < c->ngran;) {
+        if (!hole(c, g)) {
+            g++;
+            continue;
+        }
+        uint64_t e = g + 1, d;
+        while (e < c->ngran && hole(c, e))
+            e++;
+        while (keel__os->seek_data(c->memfd, g * G, &d) == 0 && d < e * G) {
+            g = d / G;
+            if (bad == UINT64_MAX)
+                bad = g;
+            found++;
+            keel__os->punch(c->memfd, g * G, G);
+            g++;
+        }
+        g = e;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (bad == UINT64_MAX)
+        return KEEL_OK;
+    return keel__fail(KEEL_EIO, "a read of %s touched page %" PRIu64 " (and "
+                      "%" PRIu64 " more) before it was brought in: it read "
+                      "zeros, not the index\nhelp: a bug in keel's page "
+                      "cache, found by KEEL_CACHE_POISON=1; report it with "
+                      "the call that failed", c->url, bad, found - 1);
+}
+
+/* Without a userfaultfd: punches granules over the bound while no call
+** reads through the cache (cache.h invariant 8). Never waits. */
+static void
+evict_idle(keel_cache *c)
+{
+    if (KEEL_LOAD_RELAXED(&c->resident) <= c->mem_limit ||
+        pthread_rwlock_trywrlock(&c->gate) != 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    evict_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    pthread_rwlock_unlock(&c->gate);
+}
+
 uint64_t
 keel__cache_begin(keel_cache *c)
 {
+    if (c->uffd < 0) {
+        evict_idle(c);
+        pthread_rwlock_rdlock(&c->gate);
+    }
     if (KEEL_LOAD_ACQUIRE(&c->npoison)) {
         pthread_mutex_lock(&c->mu);
         for (size_t i = 0; i < c->npoison; i++) {
@@ -212,6 +277,15 @@ keel__cache_begin(keel_cache *c)
 int
 keel__cache_end(keel_cache *c, uint64_t gen, int rc)
 {
+    if (c->uffd < 0) {
+        if (c->check_holes) {
+            int hrc = check_holes(c);
+            if (hrc)
+                rc = hrc;
+        }
+        pthread_rwlock_unlock(&c->gate);
+        evict_idle(c);
+    }
     if (KEEL_LIKELY(KEEL_LOAD_ACQUIRE(&c->gen) == gen))
         return rc;
     char msg[1024];
@@ -492,6 +566,46 @@ install_pinned(keel_cache *c)
     return rc;
 }
 
+/* Whether to ask for a userfaultfd: 0 no (KEEL_USERFAULTFD=0, or
+** KEEL_CACHE_POISON=1, which checks the reads of a cache without one), 1
+** if the system grants one, 2 must (KEEL_USERFAULTFD=1: a refusal fails
+** the open). */
+static int
+uffd_wanted(keel_cache *c)
+{
+    const char *p = getenv("KEEL_CACHE_POISON");
+    c->check_holes = p && *p && strcmp(p, "0") != 0;
+    const char *u = getenv("KEEL_USERFAULTFD");
+    if (c->check_holes || (u && strcmp(u, "0") == 0)) {
+        snprintf(c->no_uffd, sizeof c->no_uffd, "%s",
+                 c->check_holes ? "KEEL_CACHE_POISON is set"
+                                : "KEEL_USERFAULTFD=0");
+        return 0;
+    }
+    return u && strcmp(u, "1") == 0 ? 2 : 1;
+}
+
+/* Why the system refused a userfaultfd (errno err), as a cause a reader
+** can act on. */
+static const char *
+uffd_refusal(int err)
+{
+    switch (err) {
+    case EPERM:
+        return "the system refused the userfaultfd system call (a seccomp "
+               "profile, as containers have by default, or "
+               "vm.unprivileged_userfaultfd=0 on a kernel without user-mode "
+               "userfaultfd)";
+    case ENOSYS:
+        return "this kernel (or sandbox, such as gVisor) has no userfaultfd";
+    case EINVAL:
+        return "this kernel's userfaultfd has no user-mode faults (Linux "
+               "5.11 or later has them)";
+    default:
+        return "the system refused a userfaultfd";
+    }
+}
+
 keel_cache *
 keel__cache_alloc(void)
 {
@@ -500,6 +614,7 @@ keel__cache_alloc(void)
         return NULL;
     c->memfd = c->uffd = -1;
     c->owner = getpid();
+    pthread_rwlock_init(&c->gate, NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wq_lock, NULL);
     pthread_cond_init(&c->wq_cond, NULL);
@@ -532,12 +647,24 @@ keel__cache_start(keel_cache *c, uint64_t memory_bytes)
     pthread_mutex_lock(&c->mu);
     recount_missing(c);
     pthread_mutex_unlock(&c->mu);
+    int want = uffd_wanted(c);
+    if (want == 0) {
+        c->polled_at = keel__now_s();
+        return KEEL_OK; /* every read announced (cache.h invariant 7) */
+    }
     c->uffd = keel__os->uffd_open();
-    if (c->uffd < 0)
-        return keel__fail(KEEL_EIO, "cannot serve %s on demand: this system "
-                          "refused a userfaultfd (%s)\nhelp: run on Linux "
-                          "5.11 or later, whose user-mode userfaultfd needs "
-                          "no privilege", c->url, strerror(-c->uffd));
+    if (c->uffd < 0) {
+        int err = -c->uffd;
+        c->uffd = -1;
+        snprintf(c->no_uffd, sizeof c->no_uffd, "%s", uffd_refusal(err));
+        if (want == 2)
+            return keel__fail(KEEL_EIO, "cannot serve %s by faults: %s (%s)\n"
+                              "help: unset KEEL_USERFAULTFD (or set it to 0): "
+                              "a reader needs no userfaultfd", c->url,
+                              c->no_uffd, strerror(err));
+        c->polled_at = keel__now_s();
+        return KEEL_OK;
+    }
     if ((rc = keel__s3_open(NULL, &c->fault_s3)))
         return rc;
     if (pthread_create(&c->thread, NULL, fault_main, c) != 0)
@@ -624,6 +751,7 @@ keel__cache_close(keel_cache *c)
         pthread_cond_destroy(&c->wq_cond);
         pthread_mutex_destroy(&c->wq_lock);
         pthread_cond_destroy(&c->fetched);
+        pthread_rwlock_destroy(&c->gate);
     }
     keel__free(c);
 }
@@ -647,11 +775,12 @@ drop_regions(keel_cache *c, uintptr_t a, size_t len)
 int
 keel__cache_register(keel_cache *c, void *addr, size_t len, uint64_t off)
 {
-    int err = keel__os->uffd_register(c->uffd, addr, len);
+    int err = c->uffd >= 0 ? keel__os->uffd_register(c->uffd, addr, len) : 0;
     if (err)
-        return keel__fail(KEEL_EIO, "cannot serve a mapping of %s on demand "
-                          "(userfaultfd: %s)\nhelp: run on Linux 5.11 or "
-                          "later", c->url, strerror(-err));
+        return keel__fail(KEEL_EIO, "cannot serve a mapping of %s by faults "
+                          "(registering it with the userfaultfd: %s)\nhelp: "
+                          "set KEEL_USERFAULTFD=0: a reader needs no "
+                          "userfaultfd", c->url, strerror(-err));
     keel__os->advise(addr, len, KEEL_ADV_DONTFORK); /* invariant 5 */
     uintptr_t a = (uintptr_t)addr;
     pthread_mutex_lock(&c->mu);

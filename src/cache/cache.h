@@ -13,8 +13,10 @@
 **              checked against the manifest's hashes and written into the
 **              memfd before the search touches them. A failure is KEEL_EIO
 **              for that search and installs nothing.
-**   faulted    anything else (a granule nobody announced, or one evicted
-**              since) faults: the memfd's mappings are registered with a
+**   faulted    (only where the system grants a userfaultfd, and not with
+**              KEEL_USERFAULTFD=0) anything else (a granule nobody
+**              announced, or one evicted since) faults: the memfd's
+**              mappings are registered with a
 **              userfaultfd (missing pages, user-mode faults only), and a
 **              thread per cache fetches the granule the same way, writes it
 **              and wakes the faulting thread. A fetch that fails there
@@ -25,6 +27,17 @@
 **              (keel__cache_begin/end) and returns KEEL_EIO instead of a
 **              result when it moved; the next call punches the poisoned
 **              granules out first, so they are fetched again.
+**
+** Without a userfaultfd (a container's seccomp profile refuses it with
+** EPERM, gVisor and hardened kernels have none, or KEEL_USERFAULTFD=0)
+** nothing faults: a hole reads as zeros. Every read of the image then goes
+** through the announced path or reads a granule that is pinned or already
+** brought in by the same call (invariant 7), and granules are punched only
+** while no call reads through the cache (invariant 8). KEEL_CACHE_POISON=1
+** checks it: each call that ends finds, under mu, any granule not brought
+** in whose memfd pages hold data (a read through a mapping of a hole fills
+** it; a prefetch does not), fails with KEEL_EIO naming it, and punches it
+** out again. It turns the userfaultfd off.
 **
 ** Invariants:
 **   (1) Every byte a reader sees in the memfd is the pinned version's byte
@@ -52,6 +65,16 @@
 **       waits while GETs of pages are on the wire (up to 2 s at a time):
 **       it competes with them for the machine. Close writes every waiting
 **       page first, without waiting.
+**   (7) Without a userfaultfd, a call reads a granule outside 0-2 only
+**       after keel__cache_bring (or keel__cache_has) said it is in, within
+**       the same keel__cache_begin/end: search, get, radius, filters,
+**       check and warm's own reads all announce theirs (store/pagein.c,
+**       hnsw/search.c, api/).
+**   (8) Without a userfaultfd, installs never evict: eviction runs with
+**       the gate held exclusively, which keel__cache_end takes (never
+**       waiting) when the last running call ends over the bound, so a
+**       granule in at any point of a call stays in until it ends. Memory
+**       exceeds the bound by at most what running calls brought in.
 */
 #ifndef KEEL_CACHE_H
 #define KEEL_CACHE_H
@@ -63,6 +86,7 @@
 #include "s3/s3.h"
 
 #include <pthread.h>
+#include <stdint.h>
 
 #define KEEL_CACHE_GRANULE_LOG2 16u
 #define KEEL_CACHE_GRANULE ((uint64_t)1 << KEEL_CACHE_GRANULE_LOG2)
@@ -154,7 +178,11 @@ typedef struct keel_cache {
     keel_s3 **idle;            /* clients not in use, under mu */
     size_t nidle, idle_cap;
     keel_s3 *fault_s3;         /* the fault thread's own client */
-    int uffd;
+    int uffd;                  /* -1: no userfaultfd (invariants 7, 8) */
+    int check_holes;           /* KEEL_CACHE_POISON=1 */
+    char no_uffd[256];         /* why there is none ("" while there is) */
+    pthread_rwlock_t gate;     /* without one: calls shared, eviction
+                                  exclusive (invariant 8) */
     pthread_t thread;
     int thread_started;
     int stop;                  /* atomic */
@@ -237,6 +265,33 @@ static inline int
 keel__cache_complete(const keel_cache *c)
 {
     return KEEL_LOAD_RELAXED(&c->missing) == 0;
+}
+
+/* Whether granules [off/G, (off+len-1)/G] are all installed (a lock-free
+** read of their states): a call that finds them in reads them without
+** announcing them (invariant 7), and marks them used. */
+static inline int
+keel__cache_has(keel_cache *c, uint64_t off, uint64_t len)
+{
+    uint64_t g = off >> KEEL_CACHE_GRANULE_LOG2;
+    uint64_t last = (off + len - 1) >> KEEL_CACHE_GRANULE_LOG2;
+    if (KEEL_UNLIKELY(last >= c->ngran))
+        return 0;
+    for (; g <= last; g++) {
+        uint8_t st = KEEL_LOAD_ACQUIRE(&c->state[g]);
+        if (!(st & KEEL_G_IN))
+            return 0;
+        if (!(st & KEEL_G_REF))
+            __atomic_fetch_or(&c->state[g], KEEL_G_REF, __ATOMIC_RELAXED);
+    }
+    return 1;
+}
+
+/* Whether the cache serves unannounced reads by faults (a userfaultfd). */
+static inline int
+keel__cache_faults(const keel_cache *c)
+{
+    return c->uffd >= 0;
 }
 
 /* Most GETs in flight at once in this process since the last reset

@@ -357,7 +357,8 @@ keel__search_greedy(const keel_graph *gr, const keel_view *v,
             uint32_t len;
             /* The record holds where the upper lists are. */
             if (KEEL_UNLIKELY(ctx->br) &&
-                br_slot(gr->st, ctx, cur, 1u << BR_REC))
+                (br_slot(gr->st, ctx, cur, 1u << BR_REC) ||
+                 br_result(ctx, keel__store_need_list(gr->st, cur, level))))
                 return KEEL_EMPTY;
             const uint32_t *list = keel__store_list(gr->st, cur, level, &len);
             if (!list)
@@ -635,8 +636,14 @@ exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
                 continue;
             if (KEEL_UNLIKELY(c->stop) && br_stopped(c))
                 return -2;
-            if (keel__store_id_lookup(v, s->keys[i], &slot) != KEEL_OK)
+            int lrc = keel__store_id_lookup(v, s->keys[i], &slot);
+            uint32_t s32 = (uint32_t)slot;
+            if (lrc == KEEL_OK) /* a published index without faults */
+                lrc = keel__store_need_slots(gr->st, &s32, 1, KEEL_NEED_VEC);
+            if (lrc == KEEL_ENOTFOUND)
                 continue;
+            if (lrc)
+                return br_result(c, lrc);
             float d = keel__graph_dist(gr, q, keel__store_vec(gr->st, slot));
             keep_best(c, k, keel__pack(d, (uint32_t)slot));
         }
@@ -680,8 +687,10 @@ exact_scan(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
 ** each equal stretch at a jittered place, so a periodic filter cannot line
 ** up with the sample. */
 static double
-estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
+estimate_matches(const keel_view *v, const keel_accept *acc, double *frac,
+                 int *rc)
 {
+    *rc = KEEL_OK;
     if (acc->allowed && !acc->filter) {
         double live = (double)(v->count - KEEL_MIN(v->deleted, v->count));
         double m = (double)acc->allowed->n;
@@ -694,11 +703,20 @@ estimate_matches(const keel_view *v, const keel_accept *acc, double *frac)
         return 0;
     }
     uint64_t x = 0x2545F4914F6CDD1Dull;
+    uint32_t pick[1024];
     for (uint64_t i = 0; i < samples; i++) {
         uint64_t lo = i * n / samples, hi = (i + 1) * n / samples;
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        uint64_t s = lo + (hi > lo ? x % (hi - lo) : 0);
-        hits += accepts(v, acc, (uint32_t)s) != 0;
+        pick[i] = (uint32_t)(lo + (hi > lo ? x % (hi - lo) : 0));
+    }
+    /* A published index read without faults: the samples' headers, whose
+     * ids and marks are read next, in one batch (store/pagein.h). */
+    if ((*rc = keel__store_need_slots(v->st, pick, samples, KEEL_NEED_HDR))) {
+        *frac = 0;
+        return 0;
+    }
+    for (uint64_t i = 0; i < samples; i++) {
+        hits += accepts(v, acc, pick[i]) != 0;
     }
     *frac = (double)hits / (double)samples;
     return *frac * (double)n;
@@ -815,7 +833,9 @@ search_knn(const keel_graph *gr, const keel_view *v, keel_search_ctx *c,
     keel_br_record *remote = gr->st->remote ? c->br : NULL;
     settle_rule(c, k, efk); /* for the level-0 walk below, if any */
     if (filtered) {
-        double frac, m = estimate_matches(v, acc, &frac);
+        double frac, m = estimate_matches(v, acc, &frac, &rc);
+        if (rc)
+            return rc;
         /* A graph visit costs about one scanned distance, and an unfiltered
          * walk visits about 16 ef nodes: a filter passing a fraction f needs
          * about 16 ef / f visits, and more for filters far from the query.

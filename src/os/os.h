@@ -124,6 +124,10 @@ typedef struct keel_os {
     int (*uffd_wake)(int uffd, void *addr, size_t len);
     /* Frees the bytes [off, off+len) of fd (a hole; reads give zeros). */
     int (*punch)(int fd, uint64_t off, uint64_t len);
+    /* The offset of the first byte at or after off that is not in a hole
+     * of fd (lseek SEEK_DATA): 0 and *data, or -ENXIO when only holes
+     * follow. A read through a mapping of a memfd's hole fills it. */
+    int (*seek_data)(int fd, uint64_t off, uint64_t *data);
     /* Creates a directory (mode 0700); an existing one is not an error. */
     int (*mkdir)(const char *path);
     /* Calls fn for each entry of dir but . and ..; stops at fn's first

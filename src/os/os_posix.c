@@ -610,6 +610,21 @@ os_punch(int fd, uint64_t off, uint64_t len)
 }
 
 static int
+os_seek_data(int fd, uint64_t off, uint64_t *data)
+{
+#ifdef SEEK_DATA
+    off_t r = lseek(fd, (off_t)off, SEEK_DATA);
+    if (r < 0)
+        return -errno;
+    *data = (uint64_t)r;
+    return 0;
+#else
+    (void)fd, (void)off, (void)data;
+    return -EOPNOTSUPP;
+#endif
+}
+
+static int
 os_mkdir(const char *path)
 {
     return mkdir(path, 0700) == 0 || errno == EEXIST ? 0 : -errno;
@@ -665,6 +680,7 @@ const keel_os keel__os_posix = {
     .uffd_next = os_uffd_next,
     .uffd_wake = os_uffd_wake,
     .punch = os_punch,
+    .seek_data = os_seek_data,
     .mkdir = os_mkdir,
     .list_dir = os_list_dir,
     .touch = os_touch,

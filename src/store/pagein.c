@@ -358,7 +358,10 @@ keel__br_record(keel_br_cache *c, const keel_store *st, const keel_view *v,
                 uint32_t ef)
 {
     int on = keel__br_enabled();
-    if (!on)
+    /* A published index without a userfaultfd announces every read
+     * whatever the switch says: nothing else brings its pages in (cache.h
+     * invariant 7). */
+    if (!on && !(st->remote && !keel__cache_faults(st->remote)))
         return NULL;
     uint64_t gen = __atomic_load_n(&reg_gen, __ATOMIC_ACQUIRE);
     keel_br_record *rec = c->rec;
@@ -531,4 +534,100 @@ keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
     if (out != outs)
         keel__free(out);
     return rc;
+}
+
+/* --- explicit fetches of a published index ----------------------------- */
+
+/* Brings r[0..n) in through st's page cache (those not in yet). */
+static int
+need_ranges(const keel_store *st, const keel_br_range *r, size_t n)
+{
+    keel_cache *c = st->remote;
+    size_t i = 0;
+    while (i < n && (!r[i].len || keel__cache_has(c, r[i].off, r[i].len)))
+        i++;
+    if (i == n)
+        return KEEL_OK;
+    keel_br_scratch s = {0};
+    int rc = keel__cache_bring(c, r + i, n - i, &s, NULL);
+    keel__br_scratch_free(&s);
+    return rc;
+}
+
+int
+keel__store_need(const keel_store *st, uint64_t off, uint64_t len)
+{
+    if (!keel__store_announces(st) || !len)
+        return KEEL_OK;
+    keel_br_range r = {off, len, NULL};
+    return need_ranges(st, &r, 1);
+}
+
+/* File offset of the n bytes at p in segment sg. */
+static inline keel_br_range
+seg_range(const keel_segment *sg, const void *p, uint64_t n)
+{
+    const uint8_t *base = KEEL_LOAD_RELAXED(&sg->base);
+    return (keel_br_range){sg->off + (uint64_t)((const uint8_t *)p - base), n,
+                           NULL};
+}
+
+int
+keel__store_need_slots(const keel_store *st, const uint32_t *s, size_t n,
+                       unsigned what)
+{
+    if (!keel__store_announces(st) || !n)
+        return KEEL_OK;
+    keel_br_range local[3 * 64], *r = local;
+    size_t cap = sizeof local / sizeof local[0], nr = 0;
+    if (3 * n > cap && !(r = keel__malloc(3 * n * sizeof *r)))
+        return KEEL_ENOMEM;
+    for (size_t j = 0; j < n; j++) {
+        uint64_t i;
+        const keel_segment *sg = keel__store_seg(st, s[j], &i);
+        if (!KEEL_LOAD_RELAXED(&sg->base))
+            continue;
+        if (what & KEEL_NEED_VEC)
+            r[nr++] = seg_range(sg, keel__store_vec(st, s[j]),
+                                st->g.vec_bytes);
+        if (what & KEEL_NEED_REC)
+            r[nr++] = seg_range(sg, keel__store_rec(st, s[j]),
+                                st->g.rec_bytes);
+        if (what & KEEL_NEED_HDR)
+            r[nr++] = seg_range(sg, KEEL_LOAD_RELAXED(&sg->hdrs) + i * 16, 16);
+    }
+    int rc = need_ranges(st, r, nr);
+    if (r != local)
+        keel__free(r);
+    return rc;
+}
+
+int
+keel__store_need_list(const keel_store *st, uint64_t slot, uint32_t level)
+{
+    if (!keel__store_announces(st))
+        return KEEL_OK;
+    /* Where keel__store_list finds it (the record's heap reference). */
+    uint64_t head = KEEL_LOAD_ACQUIRE(&keel__store_rec(st, slot)[0]);
+    uint32_t lv = (uint32_t)(head & 0xFF);
+    if (level == 0 || level > lv || lv >= KEEL_MAX_LEVELS)
+        return KEEL_OK; /* nothing the walk reads */
+    uint64_t ref = head >> 16, off = ref & 0xFFFFFFFFu;
+    uint32_t k = (uint32_t)(ref >> 32);
+    if (k >= KEEL_LOAD_ACQUIRE(&st->nheap))
+        return KEEL_OK;
+    const keel_chunk *ch = &st->heap[k];
+    uint64_t M = st->g.M;
+    if (!KEEL_LOAD_RELAXED(&ch->base) || off + 4 * M * lv > ch->bytes ||
+        off % 4)
+        return KEEL_OK;
+    return keel__store_need(st, ch->off + off + 4 * M * (level - 1), 4 * M);
+}
+
+int
+keel__store_need_all(const keel_store *st)
+{
+    if (!keel__store_announces(st))
+        return KEEL_OK;
+    return keel__store_need(st, 0, st->remote->size);
 }

@@ -130,7 +130,11 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
               uint64_t map_off, uint64_t map_bytes)
 {
     uint64_t off = map_off + (uint64_t)(addr - map);
-    if (keel__br_known(rec, off, n))
+    /* A published index: the page cache's own states, read without a lock
+     * (cache.h keel__cache_has), so a search whose pages are all in
+     * announces nothing. */
+    if (rec->st->remote ? keel__cache_has(rec->st->remote, off, n)
+                        : keel__br_known(rec, off, n))
         return nw;
     uint64_t gsz = (uint64_t)1 << KEEL_BR_GRANULE_LOG2;
     uint64_t lo = off & ~(gsz - 1), hi = KEEL_ALIGN_UP(off + n, gsz);
@@ -152,6 +156,38 @@ keel__br_want(const keel_br_record *rec, keel_br_range *want, size_t nw,
 ** a stop there is KEEL_ECANCELED (a local file's advice does not wait). */
 int keel__br_local(keel_br_record *rec, const keel_br_range *r, size_t n,
                    keel_br_scratch *s, keel_stop *stop);
+
+/* --- explicit fetches of a published index (cache.h invariant 7) --------- */
+
+/* Whether reads of st must be announced: a published index whose cache
+** serves no faults (no userfaultfd). A local file, or a cache with one,
+** reads anything at any time. */
+static inline int
+keel__store_announces(const keel_store *st)
+{
+    return st->remote && !keel__cache_faults(st->remote);
+}
+
+/* Brings the len bytes at file offset off of st's published index in
+** before the caller reads them (ranges already in cost a lock-free look at
+** their states); KEEL_OK at once when st does not announce. KEEL_EIO with
+** the fetch's message, or KEEL_ENOMEM. */
+int keel__store_need(const keel_store *st, uint64_t off, uint64_t len);
+
+/* What of a slot keel__store_need_slots brings. */
+#define KEEL_NEED_VEC 1u    /* its vector */
+#define KEEL_NEED_REC 2u    /* its level-0 record (and list) */
+#define KEEL_NEED_HDR 4u    /* its slot header: id and delete mark */
+
+/* The same for `what` of slots s[0..n), in one batch. */
+int keel__store_need_slots(const keel_store *st, const uint32_t *s, size_t n,
+                           unsigned what);
+/* The same for the list of slot at level (> 0, in the heap) whose record
+** is in: a walk's next read of an upper layer. */
+int keel__store_need_list(const keel_store *st, uint64_t slot,
+                          uint32_t level);
+/* Everything of st's image (keel_check reads it all). */
+int keel__store_need_all(const keel_store *st);
 
 /* warm: started reading the whole file of st; searches leave the reading
 ** to it (their advice would only queue behind warm's: measured,

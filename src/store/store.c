@@ -26,6 +26,7 @@
 ** they may read is published with release stores after it is written.
 */
 #include "store/store.h"
+#include "store/pagein.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -472,10 +473,18 @@ keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
         return KEEL_ENOTFOUND;
     uint64_t mask = ((uint64_t)1 << t->log2) - 1;
     uint64_t h = id_home(id, t->log2);
+    int rc;
     for (uint64_t n = 0; n <= mask; n++, h = (h + 1) & mask) {
+        /* A published index read without faults: the entry, then the
+         * slot's header, fetched before they are read (pagein.h). */
+        if ((rc = keel__store_need(v->st, t->off + 4 * h, 4)))
+            return rc;
         uint32_t s = KEEL_LOAD_RELAXED(&t->tab[h]);
         if (s == KEEL_EMPTY)
             break;
+        if (s < v->count && (rc = keel__store_need_slots(v->st, &s, 1,
+                                                         KEEL_NEED_HDR)))
+            return rc;
         if (s < v->count && keel__store_id(v->st, s) == id &&
             keel__store_present(v, s)) {
             *slot = s;

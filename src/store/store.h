@@ -345,7 +345,9 @@ keel__store_entry(const keel_store *st, uint32_t *entry, uint32_t *max_level)
 }
 void keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level);
 
-/* Ids. lookup finds the present slot with this id in view v. */
+/* Ids. lookup finds the present slot with this id in view v: KEEL_OK,
+** KEEL_ENOTFOUND, or the error of fetching the table or a header (a
+** published index read without faults, store/pagein.h). */
 int keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot);
 /* Writer: makes room for n_more ids (before writing their slots), then
 ** records id -> slot for each written slot; an insert that meets a table
