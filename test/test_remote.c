@@ -382,6 +382,54 @@ TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
     keel__cache_close(c);
 }
 
+TEST(a_refused_userfaultfd_is_passed_over_or_named)
+{
+    char ep[512], ak[128], sk[128], po[16], uf[16];
+    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
+    set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
+    set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
+    set_env("KEEL_CACHE_POISON", "0", po, sizeof po);
+    set_env("KEEL_USERFAULTFD", "", uf, sizeof uf);
+    unsetenv("KEEL_USERFAULTFD");
+    int rc;
+    /* As the system lets it: a refusal (a seccomp filter, as under
+     * test/objstore/no_userfaultfd) only turns faults off. */
+    keel_cache *c = fake_cache(2 * KEEL_CACHE_MIN_GRANULES, 40, 1, &rc);
+    CHECK_OK(rc);
+    int granted = keel__cache_faults(c);
+    char why[256];
+    snprintf(why, sizeof why, "%s", c->no_uffd);
+    printf("     userfaultfd %s%s\n", granted ? "granted" : "refused: ", why);
+    if (!granted)
+        CHECK(*why != 0);
+    keel__cache_close(c);
+    /* Required: a refusal fails the open and names its cause. */
+    setenv("KEEL_USERFAULTFD", "1", 1);
+    c = fake_cache(2 * KEEL_CACHE_MIN_GRANULES, 40, 1, &rc);
+    if (granted) {
+        CHECK_OK(rc);
+    } else {
+        CHECK_ERR(rc, KEEL_EIO);
+        CHECK_MSG_HAS(why);
+        CHECK_MSG_HAS("help:");
+        CHECK(strstr(keel_errmsg(), "5.11 or later") == NULL ||
+              strstr(why, "5.11") != NULL);
+    }
+    keel__cache_close(c);
+    /* Off: no faults, whatever the system allows. */
+    setenv("KEEL_USERFAULTFD", "0", 1);
+    c = fake_cache(2 * KEEL_CACHE_MIN_GRANULES, 40, 1, &rc);
+    CHECK_OK(rc);
+    CHECK(!keel__cache_faults(c));
+    CHECK(strstr(c->no_uffd, "KEEL_USERFAULTFD=0") != NULL);
+    keel__cache_close(c);
+    restore_env("KEEL_USERFAULTFD", uf);
+    restore_env("KEEL_CACHE_POISON", po);
+    restore_env("AWS_ENDPOINT_URL", ep);
+    restore_env("AWS_ACCESS_KEY_ID", ak);
+    restore_env("AWS_SECRET_ACCESS_KEY", sk);
+}
+
 /* --- readers of published indexes -------------------------------------------- */
 
 TEST(a_url_searches_like_the_file)
