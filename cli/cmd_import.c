@@ -73,6 +73,13 @@ get_u32(const unsigned char *p)
 static int
 read_all(const char *path, struct hnsw_file *f)
 {
+    /* A device or pipe (/dev/zero) would be read until memory runs out:
+    ** hnswlib's save_index writes a regular file. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return cli_fail("give the path of an hnswlib index file (not a "
+                        "device, pipe or directory)",
+                        "%s is not a regular file", path);
     FILE *in = fopen(path, "rb");
     if (in == NULL)
         return cli_fail("give the path of an hnswlib index file",

@@ -390,6 +390,11 @@ expect 1 "import-hnswlib of a cut file" import-hnswlib "$T/hcut.bin" "$T/hcut.ke
 grep -q 'hnswlib' "$T/err" || fail "the refusal of a cut file does not say what it expected"
 [ ! -e "$T/hcut.keel" ] || fail "a failed import left an index"
 expect 1 "import-hnswlib of a keel file" import-hnswlib "$T/h.keel" "$T/hk.keel"
+# A device would be read until memory runs out (bounded here, to be safe).
+(ulimit -v 1000000 2>/dev/null; expect 1 "import-hnswlib of /dev/zero" \
+    import-hnswlib /dev/zero "$T/hz.keel"
+ grep -q 'not a regular file' "$T/err" ||
+    fail "import-hnswlib of /dev/zero said $(cat "$T/err")") || exit 1
 expect 2 "import-hnswlib without KEEL_FILE" import-hnswlib "$T/h.bin"
 expect 2 "import-hnswlib --metric hamming" import-hnswlib "$T/h.bin" "$T/hm.keel" --metric hamming
 ok "import-hnswlib: labels and vectors of an hnswlib file, deleted ones left out, bad files refused"

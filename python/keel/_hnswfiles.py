@@ -7,6 +7,7 @@ layouts are in doc/python.md, "keel.hnswlib's files".
 
 import json
 import os
+import stat
 import struct
 import warnings
 
@@ -130,6 +131,12 @@ def read_hnswlib(path):
     Raises ValueError naming what does not fit the format."""
     name = os.fsdecode(path)
     with open(path, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            # A device or pipe (/dev/zero) would be read until memory ran
+            # out: hnswlib's save_index writes a regular file.
+            raise ValueError("%s is not a regular file\nhelp: give the path "
+                             "of an hnswlib index file (not a device or "
+                             "pipe)" % name)
         raw = f.read()
     help_ = ("\nhelp: give a file written by hnswlib's Index.save_index "
              "(hnswlib 0.4 to 0.8)")

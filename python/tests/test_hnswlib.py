@@ -13,6 +13,7 @@ import os
 import pickle
 import struct
 import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -629,3 +630,24 @@ def test_convert_takes_settings_as_the_cli_does(tmp_path, m, efc, want):
                              capture_output=True, text=True)
         assert run.returncode == 0, run.stderr
         assert '"M": %d, "ef_construction": %d' % want in run.stdout
+
+
+def test_convert_of_a_device_is_refused(tmp_path):
+    """/dev/zero was read until memory ran out (here bounded, to be safe)."""
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+            "import keel.hnswlib as kh\n"
+            "try:\n"
+            "    kh.convert('/dev/zero', sys.argv[1])\n"
+            "except ValueError as e:\n"
+            "    assert 'not a regular file' in str(e) and '\\nhelp: ' in "
+            "str(e), e\n"
+            "else:\n"
+            "    raise SystemExit('converted /dev/zero')\n")
+    run = subprocess.run([sys.executable, "-c", code,
+                          str(tmp_path / "z.keel")],
+                         env=dict(os.environ,
+                                  PYTHONPATH=os.path.join(ROOT, "python")),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-500:]
+    assert not os.path.exists(tmp_path / "z.keel")
