@@ -62,6 +62,113 @@ kv_keel_error(kv_table *t, int rc, const char *doing)
     return SQLITE_ERROR;
 }
 
+/* --- in-memory indexes across reconnects ----------------------------------- */
+
+/* An in-memory table's index must outlive its table object: when SQLite
+** reloads the schema (VACUUM, a rolled-back schema change) it connects a
+** new object for the same table before it disconnects the old one. The
+** connection's module data holds each in-memory index once, shared by the
+** objects of its table (refs); the last disconnect, or DROP TABLE, closes
+** it. Objects find their entry by serial, never by a pointer that may
+** have been freed. */
+typedef struct kv_mem {
+    char *schema, *name;
+    keel_index *index;
+    int refs;
+    sqlite3_uint64 serial;
+    struct kv_mem *next;
+} kv_mem;
+
+struct kv_conn {
+    kv_mem *mems;
+    sqlite3_uint64 serials;
+};
+
+static void
+mem_unlink(kv_conn *c, kv_mem *m)
+{
+    for (kv_mem **p = &c->mems; *p; p = &(*p)->next)
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    keel_close(m->index);
+    sqlite3_free(m->schema);
+    sqlite3_free(m->name);
+    sqlite3_free(m);
+}
+
+static void
+conn_free(void *p)
+{
+    kv_conn *c = p;
+    while (c && c->mems)
+        mem_unlink(c, c->mems);
+    sqlite3_free(c);
+}
+
+static kv_mem *
+mem_find(kv_conn *c, const char *schema, const char *name,
+         sqlite3_uint64 serial)
+{
+    for (kv_mem *m = c ? c->mems : NULL; m; m = m->next)
+        if (serial ? m->serial == serial
+                   : !sqlite3_stricmp(m->schema, schema) &&
+                         !sqlite3_stricmp(m->name, name))
+            return m;
+    return NULL;
+}
+
+/* The table's in-memory index: the one its earlier object holds (connect),
+** or a new one (create). */
+static int
+mem_attach(kv_table *t, int create)
+{
+    kv_conn *c = t->conn;
+    kv_mem *m = mem_find(c, t->schema, t->name, 0);
+    if (m && create)
+        mem_unlink(c, m); /* a dropped table's, left behind */
+    else if (m) {
+        m->refs++;
+        t->writer = m->index;
+        t->mem_serial = m->serial;
+        return KEEL_OK;
+    }
+    int krc = keel_open(KEEL_MEMORY, t->dim, &t->opt, &t->writer);
+    if (krc || !c)
+        return krc;
+    if (!(m = sqlite3_malloc(sizeof *m)))
+        return KEEL_ENOMEM;
+    m->schema = sqlite3_mprintf("%s", t->schema);
+    m->name = sqlite3_mprintf("%s", t->name);
+    if (!m->schema || !m->name) {
+        sqlite3_free(m->schema);
+        sqlite3_free(m->name);
+        sqlite3_free(m);
+        return KEEL_ENOMEM;
+    }
+    m->index = t->writer;
+    m->refs = 1;
+    m->serial = ++c->serials;
+    m->next = c->mems;
+    c->mems = m;
+    t->mem_serial = m->serial;
+    return KEEL_OK;
+}
+
+/* An object of an in-memory table lets go of its index (closed by the last
+** one, or with destroy). */
+static void
+mem_detach(kv_table *t, int destroy)
+{
+    kv_mem *m = t->mem_serial ? mem_find(t->conn, NULL, NULL, t->mem_serial)
+                              : NULL;
+    if (t->mem_serial)
+        t->writer = NULL; /* the entry's, or already closed */
+    if (m && (destroy || --m->refs == 0))
+        mem_unlink(t->conn, m);
+}
+
 /* --- options ------------------------------------------------------------ */
 
 /* A copy of an argument's value without its quotes ('x', "x"), trimmed. */
@@ -295,6 +402,7 @@ table_free(kv_table *t)
         return;
     if (t->registered)
         kv_registry_remove(t);
+    mem_detach(t, 0);
     kv_undo_clear(t);
     sqlite3_free(t->undo);
     sqlite3_free(t->lrows);
@@ -316,7 +424,7 @@ table_free(kv_table *t)
 
 /* xCreate (create = 1) and xConnect. */
 static int
-table_init(sqlite3 *db, int argc, const char *const *argv,
+table_init(sqlite3 *db, kv_conn *conn, int argc, const char *const *argv,
            sqlite3_vtab **out, char **err, int create)
 {
     kv_table *t = sqlite3_malloc(sizeof *t);
@@ -324,6 +432,7 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
         return SQLITE_NOMEM;
     memset(t, 0, sizeof *t);
     t->db = db;
+    t->conn = conn;
     t->schema = sqlite3_mprintf("%s", argv[1]);
     t->name = sqlite3_mprintf("%s", argv[2]);
     t->log = sqlite3_mprintf("%s_keel_log", argv[2]);
@@ -341,7 +450,7 @@ table_init(sqlite3 *db, int argc, const char *const *argv,
 
     if (!t->path) {
         /* In memory: the writer is the index, for the database's life. */
-        int krc = keel_open(KEEL_MEMORY, t->dim, &t->opt, &t->writer);
+        int krc = mem_attach(t, create);
         if (krc) {
             *err = sqlite3_mprintf("keel table %s: %s", t->name,
                                    keel_errmsg());
@@ -402,16 +511,14 @@ static int
 kv_create(sqlite3 *db, void *aux, int argc, const char *const *argv,
           sqlite3_vtab **out, char **err)
 {
-    (void)aux;
-    return table_init(db, argc, argv, out, err, 1);
+    return table_init(db, aux, argc, argv, out, err, 1);
 }
 
 static int
 kv_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
            sqlite3_vtab **out, char **err)
 {
-    (void)aux;
-    return table_init(db, argc, argv, out, err, 0);
+    return table_init(db, aux, argc, argv, out, err, 0);
 }
 
 static int
@@ -426,6 +533,8 @@ static int
 kv_destroy(sqlite3_vtab *vt)
 {
     kv_table *t = (kv_table *)vt;
+    mem_detach(t, 1);
+    t->mem_serial = 0;
     keel_close(t->writer);
     keel_close(t->reader);
     t->writer = t->reader = NULL;
@@ -723,7 +832,12 @@ sqlite3_keelsqlite_init(sqlite3 *db, char **err,
             "sqlite3_vtab_in, new in 3.38", sqlite3_libversion());
         return SQLITE_ERROR;
     }
-    int rc = sqlite3_create_module_v2(db, "keel", &keel_module, NULL, NULL);
+    kv_conn *conn = sqlite3_malloc(sizeof *conn);
+    if (!conn)
+        return SQLITE_NOMEM;
+    memset(conn, 0, sizeof *conn);
+    int rc = sqlite3_create_module_v2(db, "keel", &keel_module, conn,
+                                      conn_free);
     if (!rc)
         rc = sqlite3_create_module_v2(db, "keel_search", &keel_search_module,
                                       NULL, NULL);

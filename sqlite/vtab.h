@@ -58,10 +58,14 @@ typedef struct kv_logged {
     size_t nundo;
 } kv_logged;
 
+typedef struct kv_conn kv_conn; /* the connection's module data */
+
 typedef struct kv_table kv_table;
 struct kv_table {
     sqlite3_vtab base;
     sqlite3 *db;
+    kv_conn *conn;
+    sqlite3_uint64 mem_serial; /* an in-memory table's index entry, or 0 */
     char *schema;        /* the database's name ("main") */
     char *name;          /* the table's name */
     char *path;          /* the index file; NULL for an index in memory */

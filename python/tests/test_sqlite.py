@@ -463,6 +463,27 @@ def test_recovery_in_exclusive_locking_mode(db, tmp_path, journal):
     assert ids(conn) == [1, 2]
     assert knn(conn, "v", [0, 1], 1) == [(2, 0.0)]
 
+
+@pytest.mark.parametrize("ops", [["VACUUM"],
+                                 ["BEGIN", "CREATE TABLE q(x)", "ROLLBACK"],
+                                 ["PRAGMA writable_schema=RESET"]])
+def test_memory_table_survives_a_schema_reload(ops):
+    """SQLite connects a new table object when it reloads the schema; an
+    in-memory table keeps its rows (they were lost: a new, empty index),
+    and DROP TABLE then CREATE gives a new, empty one."""
+    conn = connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=2)")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1,0]')")
+    for sql in ops:
+        conn.execute(sql)
+    assert ids(conn) == [1]
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (2, '[0,1]')")
+    assert knn(conn, "v", [0, 1], 1) == [(2, 0.0)]
+    conn.execute("DROP TABLE v")
+    conn.execute("CREATE VIRTUAL TABLE v USING keel(dim=3)")
+    assert ids(conn) == []
+    conn.close()
+
 def test_statement_open_across_commit(db):
     """A scan begun in a write transaction (on the writer) goes on after
     the commit closes the writer, through the reader, page after page."""
