@@ -26,7 +26,6 @@
 ** they may read is published with release stores after it is written.
 */
 #include "store/store.h"
-#include "store/pagein.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -437,12 +436,6 @@ keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
 
 /* --- id table ---------------------------------------------------------- */
 
-static inline uint64_t
-id_home(uint64_t id, uint32_t log2)
-{
-    return (id * 0x9E3779B97F4A7C15ull) >> (64 - log2);
-}
-
 uint64_t
 keel__store_next_id(const keel_store *st)
 {
@@ -465,35 +458,6 @@ keel__store_forget_ids(keel_store *st, uint64_t next_id)
     KEEL_STORE_RELAXED(&st->pub_next_id, next_id);
 }
 
-int
-keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot)
-{
-    const keel_idtab *t = v->idtab;
-    if (!t || !t->tab)
-        return KEEL_ENOTFOUND;
-    uint64_t mask = ((uint64_t)1 << t->log2) - 1;
-    uint64_t h = id_home(id, t->log2);
-    int rc;
-    for (uint64_t n = 0; n <= mask; n++, h = (h + 1) & mask) {
-        /* A published index read without faults: the entry, then the
-         * slot's header, fetched before they are read (pagein.h). */
-        if ((rc = keel__store_need(v->st, t->off + 4 * h, 4)))
-            return rc;
-        uint32_t s = KEEL_LOAD_RELAXED(&t->tab[h]);
-        if (s == KEEL_EMPTY)
-            break;
-        if (s < v->count && (rc = keel__store_need_slots(v->st, &s, 1,
-                                                         KEEL_NEED_HDR)))
-            return rc;
-        if (s < v->count && keel__store_id(v->st, s) == id &&
-            keel__store_present(v, s)) {
-            *slot = s;
-            return KEEL_OK;
-        }
-    }
-    return KEEL_ENOTFOUND;
-}
-
 /* Longest probe an insert accepts before it rebuilds the table: a table at
 ** most half full rarely needs more than a few. Entries left by a writer that
 ** rolled back (the slots they name were used again by the next writer) or
@@ -510,7 +474,7 @@ static int
 idtab_put(const keel_idtab *t, uint64_t id, uint64_t slot, uint64_t max_probe)
 {
     uint64_t mask = ((uint64_t)1 << t->log2) - 1;
-    uint64_t h = id_home(id, t->log2);
+    uint64_t h = keel__idtab_home(id, t->log2);
     for (uint64_t n = 0; KEEL_LOAD_RELAXED(&t->tab[h]) != KEEL_EMPTY; n++) {
         if (n >= max_probe || n >= mask)
             return 1;

@@ -347,8 +347,18 @@ void keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level);
 
 /* Ids. lookup finds the present slot with this id in view v: KEEL_OK,
 ** KEEL_ENOTFOUND, or the error of fetching the table or a header (a
-** published index read without faults, store/pagein.h). */
+** published index read without faults, store/pagein.h). It lives in
+** idtab.c, above pagein.c; the table's writer side is in store.c. */
 int keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot);
+
+/* An id's home entry in a table of 2^log2 entries (Fibonacci hashing: the
+** top log2 bits of id times 2^64 / phi); probes go on to the next entry,
+** wrapping (doc/format.md, the id table). */
+static inline uint64_t
+keel__idtab_home(uint64_t id, uint32_t log2)
+{
+    return (id * 0x9E3779B97F4A7C15ull) >> (64 - log2);
+}
 /* Writer: makes room for n_more ids (before writing their slots), then
 ** records id -> slot for each written slot; an insert that meets a table
 ** clogged by stale entries rebuilds it from the slots. */
