@@ -477,6 +477,14 @@ table_init(sqlite3 *db, kv_conn *conn, int argc, const char *const *argv,
             rc = SQLITE_ERROR;
             goto fail;
         }
+    } else if (!file_exists(t)) {
+        /* Connect anyway, so that DROP TABLE works; every use says why. */
+        t->broken = missing_message(t);
+    }
+
+    if (create) {
+        /* The change log (an in-memory table's holds no vectors: it only
+         * tells which writes SQLite rolled back, kv_log_check). */
         char *sql = sqlite3_mprintf(
             "CREATE TABLE \"%w\".\"%w\"(seq INTEGER PRIMARY KEY AUTOINCREMENT, "
             "txn INTEGER NOT NULL, id INTEGER NOT NULL, vec BLOB)",
@@ -485,9 +493,6 @@ table_init(sqlite3 *db, kv_conn *conn, int argc, const char *const *argv,
         sqlite3_free(sql);
         if (rc)
             goto fail;
-    } else if (!file_exists(t)) {
-        /* Connect anyway, so that DROP TABLE works; every use says why. */
-        t->broken = missing_message(t);
     }
 
     rc = sqlite3_declare_vtab(db, "CREATE TABLE x(embedding, distance HIDDEN, "
@@ -542,14 +547,13 @@ kv_destroy(sqlite3_vtab *vt)
     sqlite3_finalize(t->log_state);
     sqlite3_finalize(t->log_has);
     t->log_insert = t->log_state = t->log_has = NULL;
+    char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w\"",
+                                t->schema, t->log);
+    int rc = sql ? sqlite3_exec(t->db, sql, NULL, NULL, NULL) : SQLITE_NOMEM;
+    sqlite3_free(sql);
+    if (rc)
+        return rc;
     if (t->path) {
-        char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w\"",
-                                    t->schema, t->log);
-        int rc = sql ? sqlite3_exec(t->db, sql, NULL, NULL, NULL)
-                     : SQLITE_NOMEM;
-        sqlite3_free(sql);
-        if (rc)
-            return rc;
         /* The file, and keel's undo log beside it (doc/format.md). */
         sqlite3_vfs *vfs = table_vfs(t);
         char *undo = sqlite3_mprintf("%s.undo", t->path);

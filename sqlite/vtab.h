@@ -76,6 +76,7 @@ struct kv_table {
     keel_index *writer;  /* during a write transaction; memory: always */
     keel_index *reader;  /* between them (files only), opened when needed */
     int in_txn;          /* between xBegin and xCommit/xRollback */
+    int mem_txn;         /* in memory: this transaction emptied the log */
     int64_t txn;         /* this write transaction's number in the log */
     int64_t logged;      /* log rows written by this transaction */
     int64_t first_seq, last_seq; /* their seq range (when logged > 0) */

@@ -34,7 +34,9 @@
 ** SQLite 3.40 calls no xRollbackTo for a ROLLBACK TO the savepoint
 ** that began the transaction; the transaction's log rows (lrows) show the
 ** cut: kv_log_check, before each write, read through the writer and
-** commit, undoes the writes whose log rows SQLite rolled back.
+** commit, undoes the writes whose log rows SQLite rolled back. An index in
+** memory keeps a log for this alone (rows without vectors, emptied by each
+** transaction's first write).
 */
 #include "vtab.h"
 
@@ -187,7 +189,7 @@ log_has(kv_table *t, int64_t seq, int *has)
 int
 kv_log_check(kv_table *t)
 {
-    if (!t->path || !t->writer || !t->nlrows)
+    if (!t->writer || !t->nlrows)
         return SQLITE_OK;
     /* Rollbacks cut the log's rows from the end, so the rows still there
      * are the first n; the last one is almost always there (one lookup). */
@@ -336,6 +338,24 @@ begin_writes(kv_table *t)
 {
     if (t->broken)
         return kv_error(t, "%s", t->broken);
+    if (t->writer && !t->path && !t->mem_txn) {
+        /* In memory: the transaction's first write empties the log. */
+        char *sql = sqlite3_mprintf("DELETE FROM \"%w\".\"%w\"", t->schema,
+                                    t->log);
+        int rc = sql ? sqlite3_exec(t->db, sql, NULL, NULL, NULL)
+                     : SQLITE_NOMEM;
+        sqlite3_free(sql);
+        if (rc)
+            return kv_error(t, "%s: emptying its change log: %s", t->name,
+                            sqlite3_errmsg(t->db));
+        sqlite3_int64 txn;
+        sqlite3_randomness(sizeof txn, &txn);
+        t->txn = (txn & INT64_MAX) ? (txn & INT64_MAX) : 1;
+        t->logged = 0;
+        t->nlrows = 0;
+        t->mem_txn = 1;
+        return SQLITE_OK;
+    }
     if (t->writer)
         return kv_log_check(t);
     int rc = kv_check_file(t);
@@ -498,7 +518,8 @@ kv_update(sqlite3_vtab *vt, int argc, sqlite3_value **argv,
     int rc = begin_writes(t);
     if (rc)
         return rc;
-    int logged = t->path != NULL;
+    int logged = 1; /* in memory too, without the vectors (kv_log_check) */
+    const float *logvec = t->path ? t->in : NULL;
     size_t mark = t->nundo, lmark = t->nlrows;
     if (argc == 1) { /* DELETE */
         uint64_t id = (uint64_t)sqlite3_value_int64(argv[0]);
@@ -552,7 +573,7 @@ kv_update(sqlite3_vtab *vt, int argc, sqlite3_value **argv,
     }
     if ((rc = write_add(t, &id)))
         goto undo;
-    if (logged && (rc = log_row(t, id, t->in)))
+    if (logged && (rc = log_row(t, id, logvec)))
         goto undo;
     *rowid = (sqlite3_int64)id;
     return SQLITE_OK;
@@ -592,6 +613,7 @@ kv_begin(sqlite3_vtab *vt)
     kv_undo_clear(t);
     memset(t->marks, 0, sizeof t->marks);
     t->in_txn = 1;
+    t->mem_txn = 0;
     return SQLITE_OK;
 }
 
