@@ -26,42 +26,6 @@ SQLITE_EXTENSION_INIT1
 
 #include "vtab.h"
 
-/* --- messages ----------------------------------------------------------- */
-
-int
-kv_error(kv_table *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *m = sqlite3_vmprintf(fmt, ap);
-    va_end(ap);
-    sqlite3_free(t->base.zErrMsg);
-    t->base.zErrMsg = m;
-    return SQLITE_ERROR;
-}
-
-int
-kv_keel_error(kv_table *t, int rc, const char *doing)
-{
-    const char *m = keel_errmsg();
-    if (!m || !*m)
-        m = keel_strerror(rc);
-    kv_error(t, "%s: %s: %s", t->name, doing, m);
-    if (rc == KEEL_ENOMEM)
-        return SQLITE_NOMEM;
-    if (rc == KEEL_EREADONLY)
-        return SQLITE_READONLY;
-    if (rc == KEEL_ELOCKED)
-        return SQLITE_BUSY;
-    if (rc == KEEL_ECORRUPT)
-        return SQLITE_CORRUPT;
-    if (rc == KEEL_EFULL)
-        return SQLITE_FULL;
-    if (rc == KEEL_EIO)
-        return SQLITE_IOERR;
-    return SQLITE_ERROR;
-}
-
 /* --- in-memory indexes across reconnects ----------------------------------- */
 
 /* An in-memory table's index must outlive its table object: when SQLite
@@ -321,49 +285,6 @@ parse_args(kv_table *t, int argc, const char *const *argv, char **path,
     return SQLITE_OK;
 }
 
-/* The VFS of the table's database (files are checked and removed through
-** it, so that the extension makes no system call of its own). */
-static sqlite3_vfs *
-table_vfs(kv_table *t)
-{
-    sqlite3_vfs *vfs = NULL;
-    if (sqlite3_file_control(t->db, t->schema, SQLITE_FCNTL_VFS_POINTER,
-                             &vfs) != SQLITE_OK || !vfs)
-        vfs = sqlite3_vfs_find(NULL);
-    return vfs;
-}
-
-/* Whether the index file exists (through the VFS). */
-static int
-file_exists(kv_table *t)
-{
-    sqlite3_vfs *vfs = table_vfs(t);
-    int res = 0;
-    if (!vfs || vfs->xAccess(vfs, t->path, SQLITE_ACCESS_EXISTS, &res))
-        return 0;
-    return res;
-}
-
-/* The message of a table whose index file is missing. */
-static char *
-missing_message(kv_table *t)
-{
-    return sqlite3_mprintf(
-        "keel table %s: its index file %s is missing\nhelp: put the file "
-        "back (a copy taken with the database), or DROP TABLE %s and "
-        "create it again", t->name, t->path, t->name);
-}
-
-int
-kv_check_file(kv_table *t)
-{
-    if (t->path && !t->broken && !file_exists(t))
-        t->broken = missing_message(t);
-    if (t->broken)
-        return kv_error(t, "%s", t->broken);
-    return SQLITE_OK;
-}
-
 /* Sets t->path: NULL for a database in memory (or a temporary one), else
 ** the path option resolved against the database's folder, or the default
 ** beside the database. */
@@ -458,7 +379,7 @@ table_init(sqlite3 *db, kv_conn *conn, int argc, const char *const *argv,
             goto fail;
         }
     } else if (create) {
-        if (file_exists(t)) {
+        if (kv_file_exists(t)) {
             *err = sqlite3_mprintf(
                 "keel table %s: the index file %s already exists\nhelp: remove "
                 "it if it belongs to no table, or give this table another "
@@ -477,9 +398,9 @@ table_init(sqlite3 *db, kv_conn *conn, int argc, const char *const *argv,
             rc = SQLITE_ERROR;
             goto fail;
         }
-    } else if (!file_exists(t)) {
+    } else if (!kv_file_exists(t)) {
         /* Connect anyway, so that DROP TABLE works; every use says why. */
-        t->broken = missing_message(t);
+        t->broken = kv_missing_message(t);
     }
 
     if (create) {
@@ -555,10 +476,10 @@ kv_destroy(sqlite3_vtab *vt)
         return rc;
     if (t->path) {
         /* The file, and keel's undo log beside it (doc/format.md). */
-        sqlite3_vfs *vfs = table_vfs(t);
+        sqlite3_vfs *vfs = kv_table_vfs(t);
         char *undo = sqlite3_mprintf("%s.undo", t->path);
         int res = 0;
-        if (vfs && file_exists(t))
+        if (vfs && kv_file_exists(t))
             vfs->xDelete(vfs, t->path, 1);
         if (vfs && undo &&
             !vfs->xAccess(vfs, undo, SQLITE_ACCESS_EXISTS, &res) && res)

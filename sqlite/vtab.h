@@ -4,11 +4,13 @@
 ** only include/keel.h and SQLite's loadable-extension header, never keel's
 ** internals. Its files, one job each:
 **
+**   vtab_value.c   what the others share: messages, the index file
+**                  through SQLite's VFS, the vectors a query or an insert
+**                  gives (BLOB or JSON); it calls none of them
 **   keel_sqlite.c  the entry point, the keel module's table life (options,
 **                  create, connect, destroy, shadow names) and the
 **                  keel_search table-valued function
-**   vtab_read.c    queries: xBestIndex's plans, cursors, xFilter, and the
-**                  vectors a query or an insert gives (BLOB or JSON)
+**   vtab_read.c    queries: xBestIndex's plans, cursors, xFilter
 **   vtab_write.c   xUpdate, SQLite's transactions and savepoints, the
 **                  change log and the recovery that makes the index file
 **                  agree with the database (doc/sqlite.md, "Durability")
@@ -100,6 +102,8 @@ struct kv_table {
     int registered;           /* in the registry */
 };
 
+/* vtab_value.c: messages, the index file through the VFS, vectors. */
+
 /* Sets the table's error message (printf-style) and returns SQLITE_ERROR. */
 int kv_error(kv_table *t, const char *fmt, ...);
 
@@ -112,6 +116,23 @@ int kv_keel_error(kv_table *t, int rc, const char *doing);
 ** returns SQLITE_ERROR for anything else, naming what it got. */
 int kv_value_vector(kv_table *t, sqlite3_value *v, const char *what,
                     float *out);
+
+/* Whether the index file is there (files only). If it is gone, marks the
+** table broken (every use says why) and returns SQLITE_ERROR. */
+int kv_check_file(kv_table *t);
+
+/* The VFS of the table's database (files are checked and removed through
+** it, so that the extension makes no system call of its own), and whether
+** the table's index file exists through it. */
+sqlite3_vfs *kv_table_vfs(kv_table *t);
+int kv_file_exists(kv_table *t);
+
+/* The message of a table whose index file is missing (sqlite3_malloc'd),
+** and the name of an SQLite value type as a message says it ("a BLOB"). */
+char *kv_missing_message(kv_table *t);
+const char *kv_type_name(int type);
+
+/* vtab_read.c: */
 
 /* The handle reads go through: the writer during a write transaction (the
 ** connection sees its own changes), else the reader, opened if needed, after
@@ -129,9 +150,6 @@ int kv_savepoint(sqlite3_vtab *vt, int level);
 int kv_release(sqlite3_vtab *vt, int level);
 int kv_rollback_to(sqlite3_vtab *vt, int level);
 
-/* Whether the index file is there (files only). If it is gone, marks the
-** table broken (every use says why) and returns SQLITE_ERROR. */
-int kv_check_file(kv_table *t);
 
 /* During a write transaction: makes the writer agree with the log rows the
 ** transaction still holds. A ROLLBACK TO the savepoint that began the

@@ -1,5 +1,5 @@
 /* vtab_read.c -- queries on a keel table: xBestIndex's plans, cursors,
-** xFilter, and the vectors a query or an insert gives.
+** xFilter (the vectors a query gives are read by vtab_value.c).
 **
 ** Plans (idxNum bits; xFilter's arguments come in this order):
 **
@@ -48,103 +48,6 @@ typedef struct kv_cursor {
     float *query;       /* dim floats, 64-byte aligned in query_mem */
     void *query_mem;
 } kv_cursor;
-
-/* --- vectors ------------------------------------------------------------ */
-
-static const char *
-type_name(int type)
-{
-    switch (type) {
-    case SQLITE_INTEGER: return "an INTEGER";
-    case SQLITE_FLOAT: return "a REAL";
-    case SQLITE_NULL: return "NULL";
-    case SQLITE_TEXT: return "TEXT";
-    default: return "a BLOB";
-    }
-}
-
-/* Parses a JSON array of exactly dim numbers. Returns the count read, or -1
-** (not an array of numbers), or dim + 1 (more than dim). */
-static long
-json_vector(const char *s, uint32_t dim, float *out)
-{
-    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-        s++;
-    if (*s++ != '[')
-        return -1;
-    long n = 0;
-    for (;;) {
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-            s++;
-        if (*s == ']' && n == 0) {
-            s++;
-            break;
-        }
-        char *end;
-        double x = strtod(s, &end);
-        if (end == s)
-            return -1;
-        if ((uint32_t)n < dim)
-            out[n] = (float)x;
-        n++;
-        s = end;
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-            s++;
-        if (*s == ',') {
-            s++;
-            continue;
-        }
-        if (*s++ != ']')
-            return -1;
-        break;
-    }
-    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-        s++;
-    if (*s)
-        return -1;
-    return n > (long)dim ? (long)dim + 1 : n;
-}
-
-int
-kv_value_vector(kv_table *t, sqlite3_value *v, const char *what, float *out)
-{
-    int type = sqlite3_value_type(v);
-    if (type == SQLITE_BLOB) {
-        int bytes = sqlite3_value_bytes(v);
-        if ((size_t)bytes != (size_t)t->dim * sizeof(float))
-            return kv_error(t, "%s: %s is a BLOB of %d bytes, but the table's "
-                            "vectors are %u float32, %u bytes\nhelp: pass %u "
-                            "float32 values (numpy: v.astype('float32')"
-                            ".tobytes()), or a JSON array of %u numbers",
-                            t->name, what, bytes, t->dim,
-                            (unsigned)(t->dim * sizeof(float)), t->dim,
-                            t->dim);
-        memcpy(out, sqlite3_value_blob(v), (size_t)bytes);
-        return SQLITE_OK;
-    }
-    if (type == SQLITE_TEXT) {
-        const char *s = (const char *)sqlite3_value_text(v);
-        long n = s ? json_vector(s, t->dim, out) : -1;
-        if (n < 0)
-            return kv_error(t, "%s: %s is TEXT that is not a JSON array of "
-                            "numbers (\"%.40s\")\nhelp: pass a float32 BLOB of "
-                            "%u bytes, or a JSON array such as [0.1, 0.2, ...] "
-                            "of %u numbers", t->name, what, s ? s : "",
-                            (unsigned)(t->dim * sizeof(float)), t->dim);
-        if (n != (long)t->dim)
-            return kv_error(t, "%s: %s is a JSON array of %s%ld numbers, but "
-                            "the table's vectors have %u\nhelp: pass vectors "
-                            "of %u dimensions (the table's dim)", t->name,
-                            what, n > (long)t->dim ? "more than " : "",
-                            n > (long)t->dim ? (long)t->dim : n, t->dim,
-                            t->dim);
-        return SQLITE_OK;
-    }
-    return kv_error(t, "%s: %s is %s, not a vector\nhelp: pass a float32 BLOB "
-                    "of %u bytes, or a JSON array of %u numbers", t->name,
-                    what, type_name(type),
-                    (unsigned)(t->dim * sizeof(float)), t->dim);
-}
 
 /* --- plans -------------------------------------------------------------- */
 
@@ -310,7 +213,7 @@ int_arg(kv_table *t, sqlite3_value *v, const char *name, long long hi,
     if (sqlite3_value_type(v) != SQLITE_INTEGER)
         return kv_error(t, "%s: %s is %s, not a whole number\nhelp: write "
                         "%s = 10 (a whole number from 1 to %lld)", t->name,
-                        name, type_name(sqlite3_value_type(v)), name, hi);
+                        name, kv_type_name(sqlite3_value_type(v)), name, hi);
     long long x = sqlite3_value_int64(v);
     if (x < 1 || x > hi)
         return kv_error(t, "%s: %s = %lld is out of range\nhelp: a whole "
