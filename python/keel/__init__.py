@@ -11,7 +11,9 @@ it for searching, in any number of processes, while the writer writes.
 Errors are subclasses of keel.Error, one per keel error code.
 """
 
-from . import _coerce, _keel
+import types as _types
+
+from . import _allow, _coerce, _keel
 from ._errors import (BY_CODE, CancelledError, CorruptIndexError, DimensionMismatchError,
                       Error, IdInUseError, IdNotFoundError, IndexFullError,
                       IndexIOError, IndexLockedError, IndexNotFoundError,
@@ -22,7 +24,13 @@ from ._allow import Filter
 from ._index import IndexReader, UnflushedWarning, VectorIndex
 from ._options import IndexOptions
 
-_keel._setup(BY_CODE, IndexNotFoundError, _coerce)
+# The binding's input helpers: _coerce's readers of vectors and ids, and
+# _allow's reader of allowed= (which itself uses _coerce, so _coerce does
+# not call back into it).
+_keel._setup(BY_CODE, IndexNotFoundError, _types.SimpleNamespace(
+    vectors=_coerce.vectors, ids=_coerce.ids, one_id=_coerce.one_id,
+    count=_coerce.count, bad_keyword=_coerce.bad_keyword, key=_coerce.key,
+    allowed=_allow.allowed))
 
 __version__ = _keel.KEEL_VERSION
 strerror = _keel.strerror

@@ -293,11 +293,6 @@ def ids(obj, fn, n):
     return _c_array(arr, np.uint64)
 
 
-def allowed(obj, fn, batch):
-    """A search's allowed= argument (keel/_allow.py)."""
-    from . import _allow
-    return _allow.allowed(obj, fn, batch)
-
 
 def count(obj, name, fn):
     """obj (k or ef) as an int, refusing floats, strings and bools."""

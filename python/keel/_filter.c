@@ -23,7 +23,7 @@ typedef struct {
     PyObject *described; /* repr text: "range(...)" or "5,000 ids" */
 } FilterObject;
 
-static PyObject *coerce_allowed; /* _coerce.allowed(obj, fn, batch) */
+static PyObject *coerce_allowed; /* _allow.allowed(obj, fn, batch) */
 
 static void
 filter_dealloc(FilterObject *self)
@@ -260,7 +260,7 @@ keel_py_allowed_parse(PyObject *obj, const char *fn, int batch,
     }
     if (!PyTuple_Check(r)) {
         Py_DECREF(r);
-        PyErr_SetString(PyExc_SystemError, "keel._coerce.allowed returned "
+        PyErr_SetString(PyExc_SystemError, "keel._allow.allowed returned "
                         "the wrong kind");
         return -1;
     }
