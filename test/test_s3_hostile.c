@@ -531,6 +531,16 @@ TEST(a_listing_that_repeats_or_never_ends_fails)
     CHECK_FAULT(o, KEEL_EIO, "after 50 answers", 8);
 }
 
+TEST(a_listing_answered_404_without_a_code_names_the_bucket)
+{
+    NEED_HOSTILE();
+    /* A listing names no object: its 404 (here with a garbage body) says
+     * the bucket is missing, not "no object ''". */
+    outcome o = run_case("mode=xml-garbage&code=404", list_obj, 10);
+    CHECK_FAULT(o, KEEL_ENOTFOUND, "no bucket 'hostile'", 5);
+    CHECK(strstr(o.msg, "object ''") == NULL);
+}
+
 TEST(a_listing_with_keys_outside_the_prefix_fails)
 {
     NEED_HOSTILE();

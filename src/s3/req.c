@@ -512,12 +512,17 @@ status_error(const keel_s3 *s3, const req *r, uint32_t attempts)
 {
     char code[96];
     error_code(r, code, sizeof code);
-    if (r->status == 404 && strcmp(code, "NoSuchBucket") == 0)
+    /* A request on the bucket itself (a listing) names no object: its 404
+     * says the bucket is missing, whatever code (or garbage) came with it. */
+    if (r->status == 404 && (strcmp(code, "NoSuchBucket") == 0 ||
+                             !r->key || !r->key[0]))
         return keel__fail(KEEL_ENOTFOUND,
-                          "no bucket '%s' at %s (404 NoSuchBucket for %s %s)"
+                          "no bucket '%s' at %s (404 %s for %s %s)"
                           "\nhelp: create the bucket, or check the bucket "
                           "name in the URL",
-                          r->bucket, s3->endpoint, r->method, r->url);
+                          r->bucket, s3->endpoint,
+                          code[0] ? code : "without an S3 error code",
+                          r->method, r->url);
     if (r->status == 404)
         return keel__fail(KEEL_ENOTFOUND,
                           "no object '%s' in bucket '%s' at %s (404%s%s)"
