@@ -668,6 +668,15 @@ TEST(public_calls_answer_unasked_304_and_412_with_documented_codes)
     CHECK_API_FAULT(o, 10);
     o = run_case("mode=precondition&method=HEAD", api_publish, 20);
     CHECK_API_FAULT(o, 10);
+    /* 412 to the create-only manifest PUT, then no such manifest: a store
+    ** that lies about the create, said once and as what it is */
+    o = run_case("mode=precondition&method=PUT&match=*manifest*",
+                 api_publish, 20);
+    CHECK_API_FAULT(o, 10);
+    CHECK_EQ(o.rc, KEEL_EIO);
+    CHECK_MSG(strstr(o.msg, "412"), "%s", o.msg);
+    const char *twice = strstr(o.msg, "publishing to");
+    CHECK_MSG(twice && !strstr(twice + 1, "publishing to"), "%s", o.msg);
 }
 
 TEST(public_calls_end_within_their_deadlines_under_slow_or_lost_answers)

@@ -524,6 +524,13 @@ own_manifest(pub *p, const char *key, const uint8_t *m, size_t len)
     size_t got;
     int rc = keel__s3_get(p->s3, p->bucket, key, NULL, KEEL_MAN_MAX_BYTES,
                           &data, &got, NULL);
+    if (rc == KEEL_ENOTFOUND && !strstr(keel_errmsg(), "no bucket"))
+        return keel__fail(KEEL_EIO, "publishing to %s: the store refused to "
+                          "create %s because it exists (412), then had no "
+                          "such object, so nothing was published\nhelp: "
+                          "the store or a proxy before it answers "
+                          "create-only PUTs wrongly; point AWS_ENDPOINT_URL "
+                          "at the store itself, then retry", p->url, key);
     if (rc)
         return keel__wrap(rc, "publishing to %s: version %" PRIu64 " exists "
                           "and could not be read back to tell whether this "
@@ -545,7 +552,8 @@ commit_manifest(pub *p)
     keel__man_key(key, sizeof key, p->prefix, p->next.seq);
     int rc = keel__s3_put(p->s3, p->bucket, key, m, len, KEEL_S3_CREATE_ONLY,
                           NULL);
-    if (rc == KEEL_S3_EXISTS)
+    int owned = rc == KEEL_S3_EXISTS; /* own_manifest's errors say where */
+    if (owned)
         rc = own_manifest(p, key, m, len);
     keel__free(m);
     if (rc == KEEL_S3_EXISTS)
@@ -556,7 +564,7 @@ commit_manifest(pub *p)
                           "again to make this commit the next version",
                           p->next.seq, p->url, key);
     if (rc)
-        return keel__wrap(rc, "publishing to %s: ", p->url);
+        return owned ? rc : keel__wrap(rc, "publishing to %s: ", p->url);
     p->uploaded += len;
     char text[32];
     int n = snprintf(text, sizeof text, "%" PRIu64 "\n", p->next.seq);
