@@ -25,12 +25,20 @@ rm -rf "$logs" && mkdir -p "$logs"
 table=$logs/jobs
 PY=${PYTHON:-/usr/bin/python3}
 
-# The table. Object-store and sanitizer jobs come first: they are the longest.
+# The table, longest jobs first (as measured: the object store's two, the
+# Python suites, TSan, then the ASan and plain runs), so that the last jobs
+# to start are short ones.
 {
     printf 'objstore\tmake -s --no-print-directory test-objstore-run\n'
     for s in $(ls test/objstore/suite-*.sh 2>/dev/null); do
         n=$(basename "$s" .sh); n=${n#suite-}
         printf 'objstore-%s\tbash %s\n' "$n" "$s"
+    done
+    printf 'python\t%s -X dev -W error -m pytest -q python/tests\n' "$PY"
+    printf 'hnswlib\tPYTHON=%s KEEL_HNSWLIB_TESTS_REQUIRED=1 sh test/hnswlib_tests.sh\n' "$PY"
+    for t in test/test_concurrent*.c; do
+        n=$(basename "$t" .c)
+        printf 'tsan/%s\tKEEL_TSAN=1 build/tsan/test/%s\n' "$n" "$n"
     done
     for b in build/asan build; do
         san=; [ "$b" = build/asan ] && san=address,undefined
@@ -46,12 +54,6 @@ PY=${PYTHON:-/usr/bin/python3}
             printf '%s%s\t%s/test/%s\n' "$p" "$n" "$b" "$n"
         done
     done
-    for t in test/test_concurrent*.c; do
-        n=$(basename "$t" .c)
-        printf 'tsan/%s\tKEEL_TSAN=1 build/tsan/test/%s\n' "$n" "$n"
-    done
-    printf 'hnswlib\tPYTHON=%s KEEL_HNSWLIB_TESTS_REQUIRED=1 sh test/hnswlib_tests.sh\n' "$PY"
-    printf 'python\t%s -X dev -W error -m pytest -q python/tests\n' "$PY"
     for s in $(ls test/suite-*.sh 2>/dev/null); do
         n=$(basename "$s" .sh); n=${n#suite-}
         printf '%s\tbash %s\n' "$n" "$s"
