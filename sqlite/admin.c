@@ -151,6 +151,24 @@ table_error(sqlite3_context *ctx, kv_table *t, int rc)
     t->base.zErrMsg = NULL;
 }
 
+/* The table fn names in value, with the handle its reads go through (after
+** the index is made to agree with the committed log); NULL with the
+** function's error set. */
+static kv_table *
+table_to_read(sqlite3_context *ctx, sqlite3_value *value, const char *fn,
+              keel_index **h)
+{
+    kv_table *t = table_arg(ctx, value, fn);
+    if (!t)
+        return NULL;
+    int rc = kv_read_handle(t, h);
+    if (rc) {
+        table_error(ctx, t, rc);
+        return NULL;
+    }
+    return t;
+}
+
 static const char *
 metric_name(keel_metric m)
 {
@@ -161,15 +179,10 @@ static void
 fn_stats(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
-    kv_table *t = table_arg(ctx, argv[0], "keel_stats");
     keel_index *h;
+    kv_table *t = table_to_read(ctx, argv[0], "keel_stats", &h);
     if (!t)
         return;
-    int rc = kv_read_handle(t, &h);
-    if (rc) {
-        table_error(ctx, t, rc);
-        return;
-    }
     keel_stats s;
     int krc = keel_stat(h, &s);
     if (krc) {
@@ -227,15 +240,10 @@ static void
 fn_check(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
-    kv_table *t = table_arg(ctx, argv[0], "keel_check");
     keel_index *h;
+    kv_table *t = table_to_read(ctx, argv[0], "keel_check", &h);
     if (!t)
         return;
-    int rc = kv_read_handle(t, &h);
-    if (rc) {
-        table_error(ctx, t, rc);
-        return;
-    }
     int krc = keel_check(h);
     if (krc) {
         table_error(ctx, t, kv_keel_error(t, krc, "keel_check"));
