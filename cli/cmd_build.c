@@ -95,6 +95,40 @@ metric_from_hdf5(const char *path, keel_options *opt, unsigned *given)
     return CLI_OK;
 }
 
+/* --append of an ann-benchmarks file without --metric: the file's
+** "distance" attribute must be the index's metric (or absent), as an
+** explicit --metric must; its vectors are meant for that distance. */
+static int
+append_metric_matches(const char *path, const char *vectors)
+{
+    char name[64], err[1024];
+    keel_options file = {0};
+    unsigned given = 0;
+    keel_index *probe = NULL;
+    keel_stats st;
+
+    int rc = metric_from_hdf5(vectors, &file, &given);
+    if (rc != CLI_OK || !(given & CLI_GIVEN_METRIC))
+        return rc;
+    if (keel_open_reader(path, NULL, &probe) != KEEL_OK)
+        return CLI_OK; /* the writer's open says what is wrong */
+    int krc = keel_stat(probe, &st);
+    keel_close(probe);
+    if (krc != KEEL_OK || st.metric == file.metric)
+        return CLI_OK;
+    if (h5file_distance(vectors, name, sizeof name, err, sizeof err) !=
+        VECFILE_OK)
+        name[0] = '\0';
+    char help[160];
+    snprintf(help, sizeof help, "give --metric %s to add them to this index "
+             "anyway, or build them into a new index",
+             cli_metric_name(st.metric));
+    return cli_fail(help, "%s says its distance is '%s' (%s), but %s was "
+                    "built with metric %s", vectors, name,
+                    cli_metric_name(file.metric), path,
+                    cli_metric_name(st.metric));
+}
+
 static int
 parse_precision(const char *s, keel_precision *out)
 {
@@ -510,6 +544,9 @@ cmd_build(int argc, char **argv)
         goto out;
     if (before == UINT64_MAX && !(given & CLI_GIVEN_METRIC) &&
         h5file_is(vectors) && (rc = metric_from_hdf5(vectors, &opt, &given)))
+        goto out;
+    if (before != UINT64_MAX && !(given & CLI_GIVEN_METRIC) &&
+        h5file_is(vectors) && (rc = append_metric_matches(path, vectors)))
         goto out;
 
     /* From here an interrupt while keel works is taken up by the command

@@ -1083,6 +1083,20 @@ grep -q "says its distance is 'jaccard', which keel does not compute" "$T/err" |
 expect 0 "build from a fixed-length UTF-8 angular .hdf5" build "$T/h5f.keel" "$T/fixed-utf8.hdf5"
 expect 0 "info" info "$T/h5f.keel"
 [ "$(field metric)" = cosine ] || fail "fixed-length UTF-8 distance angular did not give metric cosine"
+# --append takes the file's distance as it takes --metric: a file of
+# angular (or jaccard) vectors is refused by an l2 index unless --metric l2.
+expect 0 "build an l2 index to append to" build "$T/h5app.keel" "$T/three.fvecs"
+expect 1 "append an angular .hdf5 to an l2 index" build "$T/h5app.keel" \
+    "$T/ascii-angular.hdf5" --append
+grep -q "says its distance is 'angular' (cosine), but .* was built with metric l2" "$T/err" ||
+    fail "--append of an angular .hdf5 to an l2 index was not refused by name"
+expect 1 "append a jaccard .hdf5" build "$T/h5app.keel" "$T/glove-jaccard.hdf5" --append
+grep -q "'jaccard', which keel does not compute" "$T/err" ||
+    fail "--append of a jaccard .hdf5 was not refused by name"
+expect 0 "info" info "$T/h5app.keel"
+[ "$(field 'live vectors')" = 3 ] || fail "a refused --append added vectors"
+expect 0 "append an angular .hdf5 with --metric l2" build "$T/h5app.keel" \
+    "$T/ascii-angular.hdf5" --append --metric l2
 
 # hostile KIND STATUS PATTERN [keel arguments after the file]: writes the
 # file, builds from it (or runs the arguments given), insists on STATUS and
