@@ -462,8 +462,9 @@ load_inputs(const char *qpath, cli_opt *opts, size_t k, struct inputs *in)
     if (exact)
         return CLI_OK;
     vrc = h5file_is(tpath)
-        ? h5file_load_truth(tpath, &in->truth, &in->n_truth, &in->truth_width,
-                            err, sizeof err)
+        ? h5file_load_truth(tpath, k > UINT32_MAX ? UINT32_MAX : (uint32_t)k,
+                            &in->truth, &in->n_truth, &in->truth_width, err,
+                            sizeof err)
         : vecfile_load_ivecs(tpath, &in->truth, &in->n_truth,
                              &in->truth_width, err, sizeof err);
     if (vrc != VECFILE_OK)

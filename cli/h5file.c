@@ -12,7 +12,9 @@
 **     every chunk the shape covers, and without filters those chunks fit in
 **     the file too. A compressed set may hold more than the file's size;
 **     it is read a bounded block of rows at a time (H5FILE_BLOCK_BYTES), so
-**     memory grows only with rows that were really decoded.
+**     memory grows only with rows that were really decoded; its filters
+**     must be ones this libhdf5 decodes, and its chunks at most
+**     H5FILE_MAX_CHUNK_BYTES (libhdf5 decodes a chunk whole).
 ** The attribute "distance" is read whatever its string type (ASCII or
 ** UTF-8, fixed or variable length, as h5py writes a Python str) and must be
 ** one string: an array of them is refused before anything is read, so its
@@ -35,6 +37,10 @@
 
 /* Rows are read in blocks of about this many bytes of floats. */
 #define H5FILE_BLOCK_BYTES ((size_t)8 << 20)
+
+/* libhdf5 decodes a compressed chunk whole to read any row of it: larger
+** chunks are refused, so reading a row never costs more than this. */
+#define H5FILE_MAX_CHUNK_BYTES ((unsigned long long)64 << 20)
 
 _Static_assert(sizeof(hid_t) <= sizeof(int64_t), "hid_t fits h5stream's ids");
 
@@ -86,6 +92,8 @@ h5_open(const char *path, char *err, size_t errlen, int *rc)
     return file;
 }
 
+static void printable(const char *s, size_t len, char *out, size_t outlen);
+
 /* The size of path on disk (0 if unknown). */
 static unsigned long long
 file_bytes(const char *path)
@@ -112,7 +120,29 @@ h5_stored(hid_t ds, const char *path, const char *set, hsize_t n,
     int filters = H5Pget_nfilters(dcpl);
     hsize_t chunk[2] = {0, 0};
     int chunk_rank = layout == H5D_CHUNKED ? H5Pget_chunk(dcpl, 2, chunk) : 0;
+    /* The first filter libhdf5 here cannot decode (h5py's lzf, blosc). */
+    H5Z_filter_t missing = H5Z_FILTER_NONE;
+    char fname[64] = "";
+    for (int i = 0; i < filters && missing == H5Z_FILTER_NONE; i++) {
+        unsigned flags = 0, config = 0;
+        size_t nvals = 0;
+        char raw[64] = "";
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nvals,
+                                         NULL, sizeof raw, raw, &config);
+        if (id < 0 || H5Zfilter_avail(id) <= 0) {
+            missing = id < 0 ? (H5Z_filter_t)-1 : id;
+            printable(raw, sizeof raw, fname, sizeof fname);
+        }
+    }
     H5Pclose(dcpl);
+
+    if (missing != H5Z_FILTER_NONE)
+        return h5_fail(err, errlen, VECFILE_EFORMAT,
+                       "%s: data set '%s' is compressed with filter %d (%s), "
+                       "which this libhdf5 cannot decode\nhelp: write the "
+                       "file again uncompressed or with gzip (h5py: "
+                       "compression='gzip')", path, set, (int)missing,
+                       fname[0] ? fname : "unnamed");
 
     if (n == 0 || cols == 0)
         return VECFILE_OK;
@@ -157,6 +187,19 @@ h5_stored(hid_t ds, const char *path, const char *set, hsize_t n,
             return h5_fail(err, errlen, VECFILE_EFORMAT,
                            "%s: data set '%s' has chunks keel cannot count"
                            "\nhelp: give an ann-benchmarks file", path, set);
+        /* chunk[0] * chunk[1] < 2**32: libhdf5 refuses larger chunks. */
+        unsigned long long chunk_bytes =
+            (unsigned long long)chunk[0] * chunk[1] * esize;
+        if (filters > 0 && chunk_bytes > H5FILE_MAX_CHUNK_BYTES)
+            return h5_fail(err, errlen, VECFILE_EFORMAT,
+                           "%s: data set '%s' is compressed in chunks of "
+                           "%llu x %llu values (%llu bytes); keel decodes at "
+                           "most %llu bytes a chunk\nhelp: write the file "
+                           "again with smaller chunks (h5py chooses them "
+                           "with chunks=True) or uncompressed",
+                           path, set, (unsigned long long)chunk[0],
+                           (unsigned long long)chunk[1], chunk_bytes,
+                           H5FILE_MAX_CHUNK_BYTES);
         unsigned long long want = (unsigned long long)((n + chunk[0] - 1) /
                                                        chunk[0]) *
                                   ((cols + chunk[1] - 1) / chunk[1]);
@@ -213,9 +256,9 @@ h5_set(hid_t file, const char *path, const char *set, uint32_t max,
     hid_t type = ds < 0 ? -1 : H5Dget_type(ds);
     H5T_class_t cls = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
     size_t esize = type < 0 ? 0 : H5Tget_size(type);
-    hsize_t dims[2] = {0, 0};
+    hsize_t dims[H5S_MAX_RANK] = {0};
     int rank = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
-    if (rank == 2 && H5Sget_simple_extent_dims(space, dims, NULL) < 0)
+    if (rank > 0 && H5Sget_simple_extent_dims(space, dims, NULL) < 0)
         rank = -1;
     if (space >= 0)
         H5Sclose(space);
@@ -232,12 +275,17 @@ h5_set(hid_t file, const char *path, const char *set, uint32_t max,
     }
     if (rank != 2 || dims[1] < 1 || dims[1] > max ||
         dims[0] > SIZE_MAX / dims[1] / sizeof(double)) {
+        char shape[96] = "";
+        size_t o = 0;
+        for (int i = 0; i < rank && o < sizeof shape; i++)
+            o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%llu",
+                                  i ? " x " : "", (unsigned long long)dims[i]);
         H5Dclose(ds);
         h5_fail(err, errlen, VECFILE_EFORMAT,
                 "%s: data set '%s' is not a 2-D array of rows of 1..%u "
-                "values (rank %d, shape %llu x %llu)\nhelp: give an "
+                "values (rank %d, shape %s)\nhelp: give an "
                 "ann-benchmarks file", path, set, max, rank,
-                (unsigned long long)dims[0], (unsigned long long)dims[1]);
+                rank > 0 ? shape : "none");
         return -1;
     }
     if (h5_stored(ds, path, set, dims[0], dims[1], esize, err, errlen) !=
@@ -250,7 +298,8 @@ h5_set(hid_t file, const char *path, const char *set, uint32_t max,
     return ds;
 }
 
-/* Reads rows [first, first + rows) of ds (cols wide) as mem_type into dst. */
+/* Reads columns 0..cols-1 of rows [first, first + rows) of ds as mem_type
+** into dst. */
 static int
 h5_read_rows(hid_t ds, hid_t mem_type, size_t first, size_t rows,
              uint32_t cols, void *dst)
@@ -378,7 +427,7 @@ h5file_load(const char *path, const char *set, vecfile *out, char *err,
 }
 
 int
-h5file_load_truth(const char *path, int32_t **rows, size_t *n,
+h5file_load_truth(const char *path, uint32_t cols, int32_t **rows, size_t *n,
                   uint32_t *width, char *err, size_t errlen)
 {
     size_t nr;
@@ -396,6 +445,10 @@ h5file_load_truth(const char *path, int32_t **rows, size_t *n,
         H5Fclose(file);
         return VECFILE_EFORMAT;
     }
+    /* Only the first cols columns are read (a search measures recall@k):
+    ** a wide set costs its rows x cols, never its declared width. */
+    if (cols > 0 && cols < w)
+        w = cols;
     /* Read as doubles (exact for every int32 and every float), so a value
     ** that is no row number is refused rather than truncated or clamped. */
     size_t brows = H5FILE_BLOCK_BYTES / ((size_t)w * sizeof(double));

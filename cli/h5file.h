@@ -27,12 +27,13 @@ int h5file_is(const char *path);
 int h5file_load(const char *path, const char *set, vecfile *out, char *err,
                 size_t errlen);
 
-/* Reads the 2-D data set "neighbors" of path as int32 rows. Every value
-** must be an integer from -1 to INT32_MAX (whatever the stored type): one
-** that is not (0.5, 2**40) is refused with its row and column, never
-** truncated or clamped. */
-int h5file_load_truth(const char *path, int32_t **rows, size_t *n,
-                      uint32_t *width, char *err, size_t errlen);
+/* Reads the 2-D data set "neighbors" of path as int32 rows: the first cols
+** columns of each row (all of them if cols is 0 or the set is narrower;
+** *width says how many). Every value read must be an integer from -1 to
+** INT32_MAX (whatever the stored type): one that is not (0.5, 2**40) is
+** refused with its row and column, never truncated or clamped. */
+int h5file_load_truth(const char *path, uint32_t cols, int32_t **rows,
+                      size_t *n, uint32_t *width, char *err, size_t errlen);
 
 /* The file attribute "distance" of path into out (outlen bytes); "" if the
 ** file has none. It must be one string, ASCII or UTF-8, fixed or variable

@@ -25,8 +25,16 @@
 **   train-chunk-missing   train chunked 8 rows a chunk, half the chunks
 **                         written
 **   train-external        train a link to /train of another file
+**   train-filter-missing  train compressed with filter 32000 (h5py's lzf),
+**                         which the reader's libhdf5 lacks (written here
+**                         through a pass-through stand-in)
+**   train-chunk-huge      train deflated in one chunk of 2,200,000 x 8
+**                         floats (70 MB, which libhdf5 decodes whole)
+**   train-rank3           train a 4 x 4 x 4 array
 **   neighbors-float       neighbors stored as float32, one 0.5
 **   neighbors-int64       neighbors stored as int64, one 2**40
+**   neighbors-wide        neighbors 4 x 67,108,864 (zeros, deflated in
+**                         4 MB chunks: 1 MB of file, 1 GB of values)
 */
 #include <hdf5.h>
 #include <stdint.h>
@@ -133,6 +141,49 @@ declare_set(hid_t file, const char *name, hid_t type, hsize_t rows,
     return ds;
 }
 
+/* The stand-in for a filter the reader's libhdf5 does not have. */
+static size_t
+pass_through(unsigned flags, size_t nvals, const unsigned vals[],
+             size_t nbytes, size_t *buf_size, void **buf)
+{
+    (void)flags;
+    (void)nvals;
+    (void)vals;
+    (void)buf_size;
+    (void)buf;
+    return nbytes;
+}
+
+/* train (NT x D of data) chunked by chunk, growable in rows, through
+** filter: 32000 (a stand-in lzf) or deflate. */
+static void
+filtered_train(hid_t file, hsize_t rows, hsize_t cols, const hsize_t *chunk,
+               int lzf, const float *data)
+{
+    hsize_t dims[2] = {rows, cols}, maxdims[2] = {H5S_UNLIMITED, cols};
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    if (lzf) {
+        H5Z_class2_t cls = {H5Z_CLASS_T_VERS, (H5Z_filter_t)32000, 1, 1,
+                            "lzf", NULL, NULL, pass_through};
+        H5Zregister(&cls);
+        H5Pset_filter(dcpl, 32000, H5Z_FLAG_MANDATORY, 0, NULL);
+    } else {
+        H5Pset_deflate(dcpl, 1);
+    }
+    hid_t space = H5Screate_simple(2, dims, maxdims);
+    hid_t ds = H5Dcreate2(file, "train", H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                          dcpl, H5P_DEFAULT);
+    if (ds < 0 || H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
+                           H5P_DEFAULT, data) < 0) {
+        fprintf(stderr, "cannot write a filtered train\n");
+        exit(1);
+    }
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Pclose(dcpl);
+}
+
 static int
 hostile(const char *kind, const char *out)
 {
@@ -178,6 +229,20 @@ hostile(const char *kind, const char *out)
         H5Sclose(fspace);
         H5Dclose(ds);
         H5Pclose(dcpl);
+    } else if (strcmp(kind, "train-filter-missing") == 0) {
+        hsize_t chunk[2] = {16, D};
+        filtered_train(file, NT, D, chunk, 1, train);
+    } else if (strcmp(kind, "train-chunk-huge") == 0) {
+        hsize_t chunk[2] = {2200000, D};
+        filtered_train(file, NT, D, chunk, 0, train);
+    } else if (strcmp(kind, "train-rank3") == 0) {
+        hsize_t dims[3] = {4, 4, 4};
+        hid_t space = H5Screate_simple(3, dims, NULL);
+        hid_t ds = H5Dcreate2(file, "train", H5T_IEEE_F32LE, space,
+                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, train);
+        H5Dclose(ds);
+        H5Sclose(space);
     } else {
         write_set(file, "train", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, NT, D,
                   train);
@@ -197,6 +262,18 @@ hostile(const char *kind, const char *out)
         g[2 * W + 1] = (int64_t)1 << 40;
         write_set(file, "neighbors", H5T_STD_I64LE, H5T_NATIVE_INT64, NQ, W,
                   g);
+    } else if (strcmp(kind, "neighbors-wide") == 0) {
+        /* Every chunk allocated at once, each the deflated fill (zeros). */
+        hsize_t chunk[2] = {1, (hsize_t)1 << 20};
+        int32_t fill = 0;
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 2, chunk);
+        H5Pset_fill_value(dcpl, H5T_NATIVE_INT32, &fill);
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+        H5Pset_deflate(dcpl, 9);
+        H5Dclose(declare_set(file, "neighbors", H5T_STD_I32LE, NQ,
+                             (hsize_t)1 << 26, dcpl));
+        H5Pclose(dcpl);
     } else {
         write_set(file, "neighbors", H5T_STD_I32LE, H5T_NATIVE_INT32, NQ, W,
                   gt);
