@@ -76,6 +76,15 @@ def given(obj):
     return "%s (%s)" % (type(obj).__name__, text)
 
 
+def _raw_bytes(obj):
+    """Whether obj is raw bytes: bytes, a bytearray, or a memoryview of
+    bytes. numpy would read them as one number per byte, which is never
+    what a row of floats or a list of 8-byte ids held."""
+    if isinstance(obj, (bytes, bytearray)):
+        return True
+    return isinstance(obj, memoryview) and obj.format in ("B", "b", "c")
+
+
 def _shape_text(arr):
     return "%d-D array of shape %s" % (arr.ndim, tuple(arr.shape))
 
@@ -85,10 +94,12 @@ def vectors(obj, fn, dim, batch):
     what = "vectors" if fn == "add_batch" else (
         "queries" if batch else ("vector" if fn == "add" else "query"))
     shape = "(n, %d)" % dim if batch else "(%d,)" % dim
-    if obj is None or isinstance(obj, (str, bytes, dict)):
+    if obj is None or isinstance(obj, (str, dict)) or _raw_bytes(obj):
+        hint = (" (np.frombuffer(data, dtype=np.float32) reads raw float32 "
+                "bytes)" if _raw_bytes(obj) else "")
         raise TypeError("%s() takes %s as a numpy array of numbers, not %s"
-                        "\nhelp: pass a float32 array of shape %s"
-                        % (fn, what, given(obj), shape))
+                        "\nhelp: pass a float32 array of shape %s%s"
+                        % (fn, what, given(obj), shape, hint))
     try:
         arr = np.asarray(obj)
     except (ValueError, TypeError) as e:
@@ -195,10 +206,12 @@ def ids(obj, fn, n):
                                                "search_batch",
                                                "search_radius")
                else "[7, 8, 9]")
-    if isinstance(obj, (str, bytes)):
+    if isinstance(obj, str) or _raw_bytes(obj):
+        hint = (" (np.frombuffer(data, dtype=np.uint64) reads raw uint64 "
+                "bytes)" if _raw_bytes(obj) else "")
         raise TypeError("%s() takes %s as integers, not %s\nhelp: pass a "
-                        "list or array of integer ids, such as %s"
-                        % (fn, what, given(obj), example))
+                        "list or array of integer ids, such as %s%s"
+                        % (fn, what, given(obj), example, hint))
     if isinstance(obj, collections.abc.Mapping):
         # list(d) would take its keys and drop its values without a word.
         raise TypeError("%s() takes %s as a list or array of integer ids, "
@@ -206,6 +219,8 @@ def ids(obj, fn, n):
                         "list(d.values()) for the values" % (fn, what,
                                                              given(obj)))
     original = obj
+    if isinstance(obj, memoryview):     # typed: numpy keeps its item type
+        obj = np.asarray(obj)
     if not isinstance(obj, np.ndarray):
         try:
             obj = list(obj)

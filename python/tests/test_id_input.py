@@ -116,3 +116,29 @@ def test_a_bool_among_ids_is_refused_as_one_id_is(ix):
     with pytest.raises(TypeError, match="element 0 of .* is a bool"):
         ix.search(_rows(1)[0], k=2, allowed=[np.True_, BIG])
     assert len(ix) == 2
+
+
+def test_raw_bytes_are_not_one_id_or_value_per_byte(ix):
+    # bytes were refused; a bytearray or a memoryview of bytes was read as
+    # one id (or one component) per byte: 1000 as uint64 bytes became the
+    # ids 232, 3 and 0.
+    raw = np.array([1000], dtype=np.uint64).tobytes()
+    for data in (bytearray(raw), memoryview(raw), bytes(raw)):
+        with pytest.raises(TypeError, match=r"np\.frombuffer\(data, "
+                                            r"dtype=np\.uint64\)"):
+            keel.Filter(data)
+        with pytest.raises(TypeError, match="as integers"):
+            ix.search(_rows(1)[0], k=3, allowed=data)
+    with pytest.raises(TypeError, match="frombuffer"):
+        ix.add_batch(_rows(2), ids=bytearray(b"\x05\x07"))
+    four = np.arange(4, dtype=np.float32).tobytes()[:4]
+    for data in (bytearray(b"abcd"), memoryview(b"abcd"), bytearray(four)):
+        with pytest.raises(TypeError, match=r"dtype=np\.float32\)"):
+            ix.add(data, id=9)
+    assert len(ix) == 0
+    # A typed memoryview keeps its item type: exact ids and values.
+    ix.add_batch(memoryview(_rows(2)), ids=memoryview(
+        np.array([BIG, 5], dtype=np.uint64)))
+    assert sorted(ix.ids()) == [5, BIG]
+    assert np.array_equal(ix.get(BIG), _rows(2)[0])
+    assert keel.Filter(memoryview(np.array([1000], np.uint64))).count == 1
