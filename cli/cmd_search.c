@@ -580,11 +580,18 @@ one_query(keel_index *idx, cli_opt *opts, vecfile *q)
         char *end;
         errno = 0;
         float v = strtof(p, &end);
-        if (end == p || errno == ERANGE)
+        if (end == p)
             return cli_usage("search", "give --vector numbers separated by "
                              "commas or spaces, such as '[0.1, 0.2, ...]'",
                              "--vector has '%.20s', which is not a number",
                              p);
+        /* Underflow (1e-50) is a number that rounds to 0 or near it, as
+        ** for --radius; overflow is no float. */
+        if (errno == ERANGE && (v > 1.0f || v < -1.0f))
+            return cli_usage("search", "give --vector floats, at most 3.4e38 "
+                             "in size",
+                             "--vector has '%.*s', which is beyond a float's "
+                             "range", (int)(end - p < 40 ? end - p : 40), p);
         if (n < dim)
             q->data[n] = v;
         n++;

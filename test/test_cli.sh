@@ -188,6 +188,14 @@ expect 2 "search --vector of 3 numbers" search "$IDX" --vector "1, 2, 3" -k 3
 grep -q -- "--vector has 3 numbers but the index has 100 dimensions" "$T/err" ||
     fail "a short --vector is not named"
 expect 2 "search --vector with a word" search "$IDX" --vector "1, x" -k 3
+# 1e-50 is a number (it rounds to 0, as --radius 1e-400 does); 1e39 is
+# beyond a float: both were called "not a number".
+expect 2 "search --vector with 1e-50" search "$IDX" --vector "1e-50, 2, 3" -k 3
+grep -q -- "--vector has 3 numbers but the index has 100 dimensions" "$T/err" ||
+    fail "--vector 1e-50 was not read as a number"
+expect 2 "search --vector with 1e39" search "$IDX" --vector "1, 1e39, 3" -k 3
+grep -q -- "--vector has '1e39', which is beyond a float's range" "$T/err" ||
+    fail "--vector 1e39 was not named as beyond a float's range"
 expect 2 "search --id and --vector" search "$IDX" --id 1 --vector 1 -k 3
 expect 1 "search --id of a missing id" search "$IDX" --id 123456789 -k 3
 expect 2 "search without QUERIES" search "$IDX" -k 3
