@@ -11,7 +11,7 @@ pkgs="build-essential libxxhash-dev liburing-dev libcurl4-openssl-dev libhdf5-de
       python3 python3-dev python3-numpy python3-pytest python3-setuptools
       python3-pip python3-wheel python3-build python3-hnswlib python3-venv clang
       libclang-rt-14-dev llvm xxd curl pkg-config iproute2 procps
-      libsqlite3-dev sqlite3
+      libsqlite3-dev sqlite3 util-linux passwd coreutils tar
       radosgw ceph-mon ceph-osd"
 if [ "${1:-}" = bench ]; then
     pkgs="$pkgs python3-faiss libhnswlib-dev gnuplot-nox
