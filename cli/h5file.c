@@ -165,17 +165,11 @@ h5_stored(hid_t ds, const char *path, const char *set, hsize_t n,
                        " download or write it again",
                        path, set, (unsigned long long)n,
                        (unsigned long long)cols);
+    int cut_short = 0; /* the file cannot hold the set's bytes */
     if (layout == H5D_CONTIGUOUS) {
         haddr_t at = H5Dget_offset(ds);
-        if (at == HADDR_UNDEF || have < need ||
-            (size > 0 && (at > size || need > size - at)))
-            return h5_fail(err, errlen, VECFILE_EFORMAT,
-                           "%s: data set '%s' is declared as %llu x %llu "
-                           "(%llu bytes), but the file (%llu bytes) does not "
-                           "hold them\nhelp: the file is cut short or "
-                           "damaged; download or write it again",
-                           path, set, (unsigned long long)n,
-                           (unsigned long long)cols, need, size);
+        cut_short = at == HADDR_UNDEF || have < need ||
+                    (size > 0 && (at > size || need > size - at));
     } else if (layout == H5D_CHUNKED) {
         hsize_t written = 0;
         hid_t space = H5Dget_space(ds); /* libhdf5 1.10 refuses H5S_ALL */
@@ -212,20 +206,21 @@ h5_stored(hid_t ds, const char *path, const char *set, hsize_t n,
                            path, set, (unsigned long long)n,
                            (unsigned long long)cols,
                            (unsigned long long)written, want);
-        if (filters == 0 && size > 0 && (have < need || have > size))
-            return h5_fail(err, errlen, VECFILE_EFORMAT,
-                           "%s: data set '%s' is declared as %llu x %llu "
-                           "(%llu bytes), but the file (%llu bytes) does not "
-                           "hold them\nhelp: the file is cut short or "
-                           "damaged; download or write it again",
-                           path, set, (unsigned long long)n,
-                           (unsigned long long)cols, need, size);
+        cut_short = filters == 0 && size > 0 && (have < need || have > size);
     } else if (layout != H5D_COMPACT || have < need) {
         return h5_fail(err, errlen, VECFILE_EFORMAT,
                        "%s: data set '%s' has a storage layout keel does not "
                        "read, or holds less than its shape\nhelp: give an "
                        "ann-benchmarks file", path, set);
     }
+    if (cut_short)
+        return h5_fail(err, errlen, VECFILE_EFORMAT,
+                       "%s: data set '%s' is declared as %llu x %llu "
+                       "(%llu bytes), but the file (%llu bytes) does not "
+                       "hold them\nhelp: the file is cut short or "
+                       "damaged; download or write it again",
+                       path, set, (unsigned long long)n,
+                       (unsigned long long)cols, need, size);
     return VECFILE_OK;
 }
 
