@@ -148,6 +148,19 @@ def vectors(obj, fn, dim, batch):
             "%s() was given %s, but the index holds vectors of %d dimensions"
             "\nhelp: pass %d numbers per vector (an index's dimensions are "
             "fixed when it is created)" % (fn, got, dim, dim))
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+        # float32 would make inf of them, and the message would name an inf
+        # the caller never passed.
+        big = np.isfinite(arr) & (np.abs(arr) > np.finfo(np.float32).max)
+        if big.any():
+            at = np.unravel_index(int(np.argmax(big)), arr.shape)
+            where = ("row %d, component %d" % (at[0], at[1]) if batch
+                     else "component %d" % at[0])
+            raise _errors.InvalidArgumentError(
+                "%s() was given %r at %s of %s, beyond float32's range "
+                "(3.4e38), which keel stores\nhelp: scale the vectors (and "
+                "queries) down, which scales every distance alike, or drop "
+                "the vector" % (fn, float(arr[at]), where, what))
     return _c_array(arr, np.float32)
 
 

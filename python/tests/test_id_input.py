@@ -142,3 +142,25 @@ def test_raw_bytes_are_not_one_id_or_value_per_byte(ix):
     assert sorted(ix.ids()) == [5, BIG]
     assert np.array_equal(ix.get(BIG), _rows(2)[0])
     assert keel.Filter(memoryview(np.array([1000], np.uint64))).count == 1
+
+
+def test_float64_past_float32_is_named_not_called_inf(ix):
+    # float32 turned 1e39 into inf, and the message named an inf the
+    # caller never passed.
+    with pytest.raises(keel.InvalidArgumentError,
+                       match=r"1e\+39 at component 2 of vector, beyond "
+                             r"float32's range"):
+        ix.add(np.array([0.0, 1.0, 1e39, 2.0]), id=1)
+    rows = _rows(3).astype(np.float64)
+    rows[2, 1] = -1e300
+    with pytest.raises(keel.InvalidArgumentError,
+                       match=r"-1e\+300 at row 2, component 1 of vectors"):
+        ix.add_batch(rows)
+    with pytest.raises(keel.InvalidArgumentError, match="row 0, component 3 of queries"):
+        ix.search_batch(np.array([[0, 0, 0, 1e39]]), k=1)
+    assert len(ix) == 0
+    # Infinities and NaN themselves are still the library's to name.
+    with pytest.raises(keel.InvalidArgumentError, match="inf at component 0"):
+        ix.add(np.array([np.inf, 0.0, 0.0, 0.0]), id=2)
+    ix.add(np.array([3.0e38, 0.0, 0.0, 0.0]) / 1e30, id=3)
+    assert len(ix) == 1
