@@ -24,6 +24,7 @@
 */
 #define _POSIX_C_SOURCE 200809L
 
+#include <float.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdarg.h>
@@ -331,6 +332,11 @@ h5stream_open(const char *path, const char *set, h5stream *s, char *err,
         return VECFILE_EFORMAT;
     }
     memset(s, 0, sizeof *s);
+    hid_t type = H5Dget_type(ds);
+    s->wide = type >= 0 && H5Tget_class(type) == H5T_FLOAT &&
+              H5Tget_size(type) > sizeof(float);
+    if (type >= 0)
+        H5Tclose(type);
     s->file = file;
     s->ds = ds;
     s->path = path;
@@ -340,14 +346,63 @@ h5stream_open(const char *path, const char *set, h5stream *s, char *err,
     return VECFILE_OK;
 }
 
+/* Reads rows of a set of doubles (or wider) into dst as floats: a finite
+** value beyond float's range is refused by value, where a conversion to
+** float would make it an infinity the file does not hold. */
+static int
+h5_read_wide(h5stream *s, float *dst, size_t rows, char *err, size_t errlen)
+{
+    size_t chunk = h5file_block_rows(s->dim);
+    double *tmp = malloc(chunk * s->dim * sizeof *tmp);
+
+    if (tmp == NULL)
+        return h5_fail(err, errlen, VECFILE_ENOMEM, "%s: no memory to read "
+                       "data set '%s'\nhelp: free memory", s->path, s->set);
+    for (size_t r = 0; r < rows; r += chunk) {
+        size_t m = rows - r < chunk ? rows - r : chunk;
+        if (h5_read_rows((hid_t)s->ds, H5T_NATIVE_DOUBLE, s->next + r, m,
+                         s->dim, tmp) != 0) {
+            free(tmp);
+            return -1;
+        }
+        for (size_t i = 0; i < m * s->dim; i++) {
+            double v = tmp[i];
+            if (isfinite(v) && fabs(v) > FLT_MAX) {
+                free(tmp);
+                return h5_fail(err, errlen, VECFILE_EFORMAT,
+                               "vector %zu of %s has %.17g at component "
+                               "%zu, beyond a float's range (3.4e38), which "
+                               "keel stores\nhelp: scale the vectors (and "
+                               "queries) down, which scales every distance "
+                               "alike, or drop the vector",
+                               s->next + r + i / s->dim, s->path, v,
+                               i % s->dim);
+            }
+            dst[r * s->dim + i] = (float)v;
+        }
+    }
+    free(tmp);
+    return VECFILE_OK;
+}
+
 int
 h5stream_read(h5stream *s, float *dst, size_t max, size_t *n, char *err,
               size_t errlen)
 {
     size_t rows = s->n - s->next < max ? s->n - s->next : max;
 
-    if (rows > 0 && h5_read_rows((hid_t)s->ds, H5T_NATIVE_FLOAT, s->next,
-                                 rows, s->dim, dst) != 0)
+    if (rows > 0 && s->wide) {
+        int rc = h5_read_wide(s, dst, rows, err, errlen);
+        if (rc > 0)
+            return rc; /* refused, with its message */
+        if (rc < 0)
+            return h5_fail(err, errlen, VECFILE_EFORMAT,
+                           "%s: data set '%s' cannot be read as numbers at "
+                           "rows %zu..%zu\nhelp: the file is damaged; "
+                           "download or write it again", s->path, s->set,
+                           s->next, s->next + rows - 1);
+    } else if (rows > 0 && h5_read_rows((hid_t)s->ds, H5T_NATIVE_FLOAT,
+                                        s->next, rows, s->dim, dst) != 0)
         return h5_fail(err, errlen, VECFILE_EFORMAT,
                        "%s: data set '%s' cannot be read as numbers at rows "
                        "%zu..%zu\nhelp: the file is damaged, or its data set "

@@ -51,6 +51,7 @@ typedef struct h5stream {
     size_t n;               /* rows the set holds */
     size_t next;            /* the next row to read */
     uint32_t dim;
+    int wide;               /* floats wider than float32: range-checked */
 } h5stream;
 
 /* Opens data set set of path and checks it as h5file_load does. */

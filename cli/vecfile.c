@@ -24,6 +24,8 @@
 #include "vfread.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,12 +134,22 @@ convert(const unsigned char *buf, const struct layout *l,
                 d[j] = (float)src[j];
             break;
         case ELEM_F64:
-            /* Rounded to the nearest float, as numpy's astype(float32);
-            ** a value beyond float's range becomes infinite, which keel
-            ** refuses with its position. */
+            /* Rounded to the nearest float, as numpy's astype(float32); a
+            ** finite value beyond float's range is refused by value (as a
+            ** float it would be an infinity the file does not hold). */
             for (j = 0; j < l->dim; j++) {
                 double v;
                 memcpy(&v, src + 8 * j, sizeof v);
+                if (isfinite(v) && fabs(v) > FLT_MAX) {
+                    free(dst);
+                    return vf_fail(err, errlen, VECFILE_EFORMAT,
+                                   "vector %zu of %s has %.17g at component "
+                                   "%zu, beyond a float's range (3.4e38), "
+                                   "which keel stores\nhelp: scale the "
+                                   "vectors (and queries) down, which scales "
+                                   "every distance alike, or drop the vector",
+                                   i, vf_name(name), v, j);
+                }
                 d[j] = (float)v;
             }
             break;

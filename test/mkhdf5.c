@@ -31,6 +31,8 @@
 **   train-chunk-huge      train deflated in one chunk of 2,200,000 x 8
 **                         floats (70 MB, which libhdf5 decodes whole)
 **   train-rank3           train a 4 x 4 x 4 array
+**   train-f64-overflow    train big-endian float64, 1e300 at row 7,
+**                         column 3 (beyond a float)
 **   neighbors-float       neighbors stored as float32, one 0.5
 **   neighbors-int64       neighbors stored as int64, one 2**40
 **   neighbors-wide        neighbors 4 x 67,108,864 (zeros, deflated in
@@ -235,6 +237,13 @@ hostile(const char *kind, const char *out)
     } else if (strcmp(kind, "train-chunk-huge") == 0) {
         hsize_t chunk[2] = {2200000, D};
         filtered_train(file, NT, D, chunk, 0, train);
+    } else if (strcmp(kind, "train-f64-overflow") == 0) {
+        static double wide[NT * D];
+        for (size_t i = 0; i < NT * D; i++)
+            wide[i] = train[i];
+        wide[7 * D + 3] = 1e300;
+        write_set(file, "train", H5T_IEEE_F64BE, H5T_NATIVE_DOUBLE, NT, D,
+                  wide);
     } else if (strcmp(kind, "train-rank3") == 0) {
         hsize_t dims[3] = {4, 4, 4};
         hid_t space = H5Screate_simple(3, dims, NULL);

@@ -944,13 +944,20 @@ ok "unknown options get a suggestion; --ef takes 1..100,000 as the library does"
 import sys, numpy as np
 raw = np.fromfile(sys.argv[2], dtype=np.float32).reshape(3, 101)[:, 1:]
 np.save(sys.argv[1] + "/three64.npy", raw.astype(np.float64))
+big = raw.astype(np.float64)
+big[2, 5] = 1e300
+np.save(sys.argv[1] + "/big64.npy", big)
 PY
 expect 0 "build from a float64 .npy" build "$T/f64.keel" "$T/three64.npy"
 expect 0 "get from the float64 build" get "$T/f64.keel" 1
 cp "$T/out" "$T/vec1.f64"
 expect 0 "get row 1 of the base" get "$IDX" 1
 cmp -s "$T/out" "$T/vec1.f64" || fail "a float64 .npy row differs from its float32 row"
-ok "build reads a float64 .npy, converting it to float32 as Python does"
+# 1e300 was refused as "inf", which the file does not hold.
+expect 1 "build from a float64 .npy holding 1e300" build "$T/big64.keel" "$T/big64.npy"
+grep -q "vector 2 of .*big64.npy has 1.0000000000000001e+300 at component 5, beyond a float's range" "$T/err" ||
+    fail "a float64 1e300 was not named by its value"
+ok "build reads a float64 .npy, converting it to float32 as Python does; values past a float's range are named"
 
 if [ "$(id -u)" = 0 ] && mkdir -p "$T/ro" && mount -t tmpfs tmpfs "$T/ro" 2>/dev/null; then
     "$KEEL" build "$T/ro/r.keel" "$T/three.fvecs" >/dev/null 2>&1
@@ -1157,6 +1164,7 @@ hostile neighbors-int64 1 "holds 1099511627776 at row 2, column 1, which is no r
 hostile train-filter-missing 1 "compressed with filter 32000 (lzf), which this libhdf5 cannot decode"
 hostile train-chunk-huge 1 "compressed in chunks of 2200000 x 8 values (70400000 bytes)"
 hostile train-rank3 1 "not a 2-D array .*(rank 3, shape 4 x 4 x 4)"
+hostile train-f64-overflow 1 "vector 7 of .* has 1.0000000000000001e+300 at component 3, beyond a float's range"
 # neighbors 4 x 67,108,864 in 1 MB of file: a search reads the -k columns
 # it measures, not 1 GB of them (the old reader allocated 1.5 GB).
 "$MKHDF5" --hostile neighbors-wide "$T/wide.hdf5" || fail "mkhdf5 --hostile"
