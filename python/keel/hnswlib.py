@@ -137,15 +137,38 @@ def _not_found(label=None):
 
 class _Backing(VectorIndex):
     """A keel writer whose unsaved changes are meant to go (an index in
-    memory or a private copy of a loaded file): closing it does not warn."""
+    memory or a private copy of a loaded file): closing it does not warn.
+    A private copy's file is unlinked once open; the undo log keel keeps
+    beside it while adds are unflushed would then outlive it, so closing
+    (or dropping) the copy removes that log too."""
 
     _warns_on_drop = False
+    _orphan_undo = None     # path + ".undo" of a private copy
 
     def close(self):
         _keel.Index.close(self)
+        self._remove_orphan_undo()
 
     def __del__(self):
-        pass
+        self._remove_orphan_undo()
+
+    def _remove_orphan_undo(self):
+        # The copy's file is gone, so nothing can open the log again.
+        if self._orphan_undo is not None:
+            try:
+                os.unlink(self._orphan_undo)
+            except FileNotFoundError:
+                pass
+
+
+def _open_private(tmp, dim):
+    """A _Backing on tmp, unlinked at once (its undo log at close)."""
+    try:
+        ix = _Backing(tmp, dim)
+        ix._orphan_undo = tmp + ".undo"
+    finally:
+        os.unlink(tmp)
+    return ix
 
 
 def _private_copy(path):
@@ -161,14 +184,13 @@ def _private_copy(path):
     fd, tmp = tempfile.mkstemp(prefix="keel-hnswlib-", suffix=".keel")
     os.close(fd)
     try:
-        try:
-            reader.backup(tmp)
-        finally:
-            reader.close()
-        ix = _Backing(tmp, None)
-    finally:
+        reader.backup(tmp)
+    except BaseException:
         os.unlink(tmp)
-    return ix
+        raise
+    finally:
+        reader.close()
+    return _open_private(tmp, None)
 
 
 def _changes(method):
@@ -641,9 +663,10 @@ class Index:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(state["keel"])
-            self._ix = _Backing(tmp, self.dim)
-        finally:
+        except BaseException:
             os.unlink(tmp)
+            raise
+        self._ix = _open_private(tmp, self.dim)
         self._m = int(state["M"])
         self._efc = int(state["ef_construction"])
         self._max = int(state["max_elements"])

@@ -9,11 +9,13 @@ hnswlib's own binding tests run against the module in
 test/hnswlib_tests.sh (make test-hnswlib).
 """
 
+import gc
 import os
 import pickle
 import struct
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -651,3 +653,26 @@ def test_convert_of_a_device_is_refused(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-500:]
     assert not os.path.exists(tmp_path / "z.keel")
+
+
+def test_private_copies_leave_no_undo_log(tmp_path, monkeypatch):
+    # An unpickled index and load_index of a keel file work on a private,
+    # unlinked copy; unflushed adds put an undo log beside it, which must
+    # go with the copy (it piled up in /tmp, one per dropped index).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "t"))
+    os.mkdir(tmp_path / "t")
+    rng = np.random.default_rng(5)
+    p = kh.Index("l2", 8)
+    p.init_index(100)
+    p.add_items(rng.random((10, 8), dtype=np.float32))
+    p.save_index(str(tmp_path / "saved.keel"))
+    q = pickle.loads(pickle.dumps(p))
+    q.add_items(rng.random((10, 8), dtype=np.float32))
+    r = kh.Index("l2", 8)
+    r.load_index(str(tmp_path / "saved.keel"))
+    r.add_items(rng.random((10, 8), dtype=np.float32))
+    assert len(os.listdir(tmp_path / "t")) == 2      # the two live logs
+    del q
+    del r
+    gc.collect()
+    assert os.listdir(tmp_path / "t") == []
