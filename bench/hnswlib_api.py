@@ -26,19 +26,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
-
-def read_vecs(path, dtype):
-    raw = np.fromfile(path, dtype=np.int32)
-    dim = int(raw[0])
-    return raw.reshape(-1, dim + 1)[:, 1:].copy().view(dtype)
-
-
-def recall(found, truth, k):
-    return float(np.mean([len(set(f[:k].tolist()) & set(t[:k].tolist())) / k
-                          for f, t in zip(found, truth)]))
+from vecs import ROOT, read_vecs, recall
 
 
 def timed(fn, min_time):

@@ -27,16 +27,9 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from vecs import ROOT, read_vecs, recall
 
-import keel  # noqa: E402
-
-
-def read_vecs(path, dtype):
-    raw = np.fromfile(path, dtype=np.int32)
-    dim = int(raw[0])
-    return raw.reshape(-1, dim + 1)[:, 1:].copy().view(dtype)
+import keel  # noqa: E402  (vecs puts python/ on the path)
 
 
 def connect(db, ext):
@@ -44,11 +37,6 @@ def connect(db, ext):
     conn.enable_load_extension(True)
     conn.load_extension(ext)
     return conn
-
-
-def recall(found, gt, k=10):
-    return float(np.mean([len(set(f[:k]) & set(g[:k].tolist())) / k
-                          for f, g in zip(found, gt)]))
 
 
 def timed_passes(engines, queries, rounds):

@@ -107,6 +107,11 @@ struct kv_table {
 /* Sets the table's error message (printf-style) and returns SQLITE_ERROR. */
 int kv_error(kv_table *t, const char *fmt, ...);
 
+/* Makes room for element n of the sqlite3_malloc'd array whose pointer is at
+** arrayp (room for *cap elements of size bytes), doubling (64 at first).
+** SQLITE_OK, or SQLITE_NOMEM with the array as it was. */
+int kv_grow(void *arrayp, size_t *cap, size_t n, size_t size);
+
 /* keel's failure rc as an SQLite error: keel's message (with its help line)
 ** prefixed by what was being done. Returns the SQLite code. */
 int kv_keel_error(kv_table *t, int rc, const char *doing);

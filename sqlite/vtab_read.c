@@ -282,15 +282,10 @@ rowid_list(sqlite3_value *v, int in, uint64_t **ids, size_t *n)
     while (rc == SQLITE_OK && x) {
         sqlite3_int64 id;
         if (rowid_value(x, &id)) {
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 64;
-                uint64_t *p = sqlite3_realloc64(*ids, cap * sizeof *p);
-                if (!p) {
-                    sqlite3_free(*ids);
-                    *ids = NULL;
-                    return SQLITE_NOMEM;
-                }
-                *ids = p;
+            if (kv_grow(ids, &cap, *n, sizeof **ids)) {
+                sqlite3_free(*ids);
+                *ids = NULL;
+                return SQLITE_NOMEM;
             }
             (*ids)[(*n)++] = (uint64_t)id;
         }

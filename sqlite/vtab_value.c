@@ -31,6 +31,21 @@ kv_error(kv_table *t, const char *fmt, ...)
 }
 
 int
+kv_grow(void *arrayp, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return SQLITE_OK;
+    size_t more = *cap ? 2 * *cap : 64;
+    void *old, *p;
+    memcpy(&old, arrayp, sizeof old); /* arrayp may point to any T * */
+    if (!(p = sqlite3_realloc64(old, (sqlite3_uint64)more * size)))
+        return SQLITE_NOMEM;
+    memcpy(arrayp, &p, sizeof p);
+    *cap = more;
+    return SQLITE_OK;
+}
+
+int
 kv_keel_error(kv_table *t, int rc, const char *doing)
 {
     const char *m = keel_errmsg();

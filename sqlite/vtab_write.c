@@ -63,14 +63,8 @@ kv_undo_clear(kv_table *t)
 static int
 undo_push(kv_table *t, uint64_t id, const float *old)
 {
-    if (t->nundo == t->capundo) {
-        size_t cap = t->capundo ? t->capundo * 2 : 64;
-        kv_undo *u = sqlite3_realloc64(t->undo, cap * sizeof *u);
-        if (!u)
-            return SQLITE_NOMEM;
-        t->undo = u;
-        t->capundo = cap;
-    }
+    if (kv_grow(&t->undo, &t->capundo, t->nundo, sizeof *t->undo))
+        return SQLITE_NOMEM;
     float *copy = NULL;
     if (old) {
         copy = sqlite3_malloc64((sqlite3_uint64)t->dim * sizeof(float));
@@ -151,14 +145,8 @@ log_row(kv_table *t, uint64_t id, const float *vec)
     t->last_seq = sqlite3_last_insert_rowid(t->db);
     if (t->logged++ == 0)
         t->first_seq = t->last_seq;
-    if (t->nlrows == t->caplrows) {
-        size_t cap = t->caplrows ? t->caplrows * 2 : 64;
-        kv_logged *l = sqlite3_realloc64(t->lrows, cap * sizeof *l);
-        if (!l)
-            return SQLITE_NOMEM;
-        t->lrows = l;
-        t->caplrows = cap;
-    }
+    if (kv_grow(&t->lrows, &t->caplrows, t->nlrows, sizeof *t->lrows))
+        return SQLITE_NOMEM;
     t->lrows[t->nlrows].seq = t->last_seq;
     t->lrows[t->nlrows].nundo = t->nundo;
     t->nlrows++;

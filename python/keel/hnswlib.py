@@ -193,6 +193,13 @@ def _private_copy(path):
     return _open_private(tmp, None)
 
 
+def _zero_until_made(attr):
+    """A read-only property: self.<attr> once init_index or load_index has
+    made the index, 0 before, as hnswlib reports."""
+    return property(lambda self: getattr(self, attr)
+                    if self._ix is not None else 0)
+
+
 def _changes(method):
     """Runs method holding the index's lock (calls that change it take
     turns; searches do not wait)."""
@@ -594,21 +601,10 @@ class Index:
     def ef(self, value):
         self._ef = _size_t(value, "ef")
 
-    @property
-    def M(self):
-        return self._m if self._ix is not None else 0
-
-    @property
-    def ef_construction(self):
-        return self._efc if self._ix is not None else 0
-
-    @property
-    def max_elements(self):
-        return self._max if self._ix is not None else 0
-
-    @property
-    def element_count(self):
-        return self._count if self._ix is not None else 0
+    M = _zero_until_made("_m")
+    ef_construction = _zero_until_made("_efc")
+    max_elements = _zero_until_made("_max")
+    element_count = _zero_until_made("_count")
 
     @property
     def keel_index(self):

@@ -91,14 +91,8 @@ add_range(void *addr, size_t len, int write_once, void *arg)
     struct keel_warm *w = arg;
     if (!addr || !len)
         return;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        warm_range *r = keel__realloc(w->ranges, cap * sizeof *r);
-        if (!r)
-            return; /* warm is advice: read less rather than fail */
-        w->ranges = r;
-        w->cap = cap;
-    }
+    if (keel__grow(&w->ranges, &w->cap, w->n, sizeof *w->ranges))
+        return; /* warm is advice: read less rather than fail */
     w->ranges[w->n].addr = addr;
     w->ranges[w->n].populate_only = write_once && w->huge;
     w->ranges[w->n++].len = len;
@@ -196,13 +190,8 @@ warm_remote(struct keel_warm *w, keel_cache *remote)
             warm_step *s = &step[ns - 1];
             size_t len = (size_t)KEEL_MIN(
                 (uintptr_t)(WARM_STEP_REMOTE - s->bytes), end - a);
-            if (np == pcap) {
-                pcap = pcap ? 2 * pcap : 64;
-                keel_br_range *p = keel__realloc(piece, pcap * sizeof *p);
-                if (!(ok = p != NULL))
-                    break;
-                piece = p;
-            }
+            if (!(ok = !keel__grow(&piece, &pcap, np, sizeof *piece)))
+                break;
             piece[np++] = (keel_br_range){0, len, (const void *)a};
             s->n++;
             s->bytes += len;

@@ -8,8 +8,10 @@
 */
 #include "base/internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define ERRMSG_BYTES 2048
@@ -188,6 +190,25 @@ void
 keel__free(void *p)
 {
     free(p);
+}
+
+int
+keel__grow(void *arrayp, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return KEEL_OK;
+    size_t more = *cap ? 2 * *cap : 64;
+    if (more > SIZE_MAX / size) {
+        nomem(SIZE_MAX);
+        return KEEL_ENOMEM;
+    }
+    void *old, *p;
+    memcpy(&old, arrayp, sizeof old); /* arrayp may point to any T * */
+    if (!(p = keel__realloc(old, more * size)))
+        return KEEL_ENOMEM;
+    memcpy(arrayp, &p, sizeof p);
+    *cap = more;
+    return KEEL_OK;
 }
 
 char *

@@ -66,6 +66,10 @@ void *keel__malloc(size_t n);
 void *keel__calloc(size_t count, size_t size);
 void *keel__realloc(void *p, size_t n);
 void keel__free(void *p);
+/* Makes room for element n of the array whose pointer is at arrayp (room
+** for *cap elements of size bytes): when n == *cap the array grows to twice
+** as many (64 at first). KEEL_OK, or KEEL_ENOMEM with the array as it was. */
+int keel__grow(void *arrayp, size_t *cap, size_t n, size_t size);
 /* Test seam: fail the n-th allocation from now on (0 = never). */
 void keel__fail_alloc_after(uint64_t n);
 

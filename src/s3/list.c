@@ -175,14 +175,8 @@ list_parse(keel_s3 *s3, const req *r, walk *w, char *token, size_t token_cap)
                               "writes far fewer under one prefix; check "
                               "the prefix, or the store's listing",
                               r->url, w->prefix, s3->list_max_keys);
-        if (w->n == w->cap) {
-            size_t nc = w->cap ? 2 * w->cap : 64;
-            keel_s3_entry *ne = keel__realloc(w->out, nc * sizeof *ne);
-            if (!ne)
-                return KEEL_ENOMEM;
-            w->out = ne;
-            w->cap = nc;
-        }
+        if (keel__grow(&w->out, &w->cap, w->n, sizeof *w->out))
+            return KEEL_ENOMEM;
         keel_s3_entry *e = &w->out[w->n];
         if (!(e->key = keel__malloc(strlen(key) + 1)))
             return KEEL_ENOMEM;
