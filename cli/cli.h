@@ -186,6 +186,11 @@ int cmd_get(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+int cmd_versions(int argc, char **argv);
+
+/* The newest version published at url (keel_list_versions), 0 with the
+** error when it cannot be listed. */
+int cli_newest_version(const char *url, uint64_t *newest);
 int cmd_ids(int argc, char **argv);
 int cmd_backup(int argc, char **argv);
 int cmd_import(int argc, char **argv);

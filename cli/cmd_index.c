@@ -28,8 +28,15 @@ close_index(keel_index *idx, int rc)
 
 /* --- info ---------------------------------------------------------------- */
 
+/* The published version a reader of a URL serves, and the newest one
+** listed there (0: the listing could not say). */
+typedef struct published {
+    int is_url;
+    uint64_t version, newest;
+} published;
+
 static void
-print_info_text(const char *path, const keel_stats *st)
+print_info_text(const char *path, const keel_stats *st, const published *pv)
 {
     char a[32], b[32], n[32];
 
@@ -68,12 +75,19 @@ print_info_text(const char *path, const keel_stats *st)
                cli_bytes(st->allocated_bytes, b, sizeof b));
     }
     printf("%-16s %llu\n", "snapshot:", (unsigned long long)st->snapshot);
+    if (pv->is_url && pv->newest)
+        printf("%-16s %llu (the newest at the URL: %llu%s)\n", "version:",
+               (unsigned long long)pv->version,
+               (unsigned long long)pv->newest,
+               pv->newest > pv->version ? "; keel versions lists them" : "");
+    else if (pv->is_url)
+        printf("%-16s %llu\n", "version:", (unsigned long long)pv->version);
 }
 
 /* Keys are the keys of Python's stats() (keel_stats' field names, with
 ** dimensions for dim), so scripts in either language read the same names. */
 static void
-print_info_json(const char *path, const keel_stats *st)
+print_info_json(const char *path, const keel_stats *st, const published *pv)
 {
     fputs("{\"path\": ", stdout);
     cli_json_string(stdout, path);
@@ -82,7 +96,7 @@ print_info_json(const char *path, const keel_stats *st)
            "\"deleted\": %llu, \"slots\": %llu, \"next_id\": %llu, "
            "\"max_level\": %u, \"segments\": %u, \"heap_chunks\": %u, "
            "\"file_bytes\": %llu, \"allocated_bytes\": %llu, "
-           "\"snapshot\": %llu}\n",
+           "\"snapshot\": %llu",
            st->dim, cli_metric_name(st->metric),
            cli_precision_name(st->precision), cli_codes_name(st->codes),
            st->max_connections,
@@ -92,6 +106,15 @@ print_info_json(const char *path, const keel_stats *st)
            (unsigned long long)st->file_bytes,
            (unsigned long long)st->allocated_bytes,
            (unsigned long long)st->snapshot);
+    if (pv->is_url) {
+        printf(", \"version\": %llu, \"newest_version\": ",
+               (unsigned long long)pv->version);
+        if (pv->newest)
+            printf("%llu", (unsigned long long)pv->newest);
+        else
+            fputs("null", stdout);
+    }
+    fputs("}\n", stdout);
 }
 
 int
@@ -110,12 +133,19 @@ cmd_info(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     int krc = keel_stat(idx, &st);
+    published pv = {strncmp(argv[0], "s3://", 5) == 0, 0, 0};
+    if (krc == KEEL_OK && pv.is_url)
+        krc = keel_published_version(idx, &pv.version);
+    /* the newest is one listing more; what it cannot say is left out */
+    if (krc == KEEL_OK && pv.is_url &&
+        cli_newest_version(argv[0], &pv.newest) != KEEL_OK)
+        pv.newest = 0;
     if (krc != KEEL_OK)
         rc = cli_keel_error(krc);
     else if (opts[0].value != NULL)
-        print_info_json(argv[0], &st);
+        print_info_json(argv[0], &st, &pv);
     else
-        print_info_text(argv[0], &st);
+        print_info_text(argv[0], &st, &pv);
     return close_index(idx, rc);
 }
 
@@ -352,89 +382,4 @@ cmd_compact(int argc, char **argv)
     if (krc != KEEL_OK)
         rc = cli_keel_error(krc);
     return close_index(idx, rc);
-}
-
-/* --- publish --------------------------------------------------------------- */
-
-int
-cmd_publish(int argc, char **argv)
-{
-    static const char *const names[] = {"INDEX", "URL"};
-    cli_opt opts[] = {{"--replace", 0, NULL}, {"--json", 0, NULL}};
-    keel_index *idx = NULL;
-    char sent[32];
-    int npos, rc;
-
-    rc = cli_parse("publish", argc, argv, opts, 2, &npos);
-    if (rc == CLI_OK)
-        rc = cli_want("publish", npos, argv, names, 2, 0);
-    if (rc != CLI_OK)
-        return rc;
-    /* A reader: it publishes the last flush from a snapshot, whether or
-     * not another process is writing the index (keel_publish). */
-    rc = cli_open_reader(argv[0], NULL, &idx);
-    if (rc != CLI_OK)
-        return rc;
-    uint64_t up = 0;
-    keel_publish_options po = {.uploaded = &up,
-                               .replace = opts[0].value != NULL};
-    double start = cli_now();
-    int krc = keel_publish(idx, argv[1], &po);
-    if (krc != KEEL_OK) {
-        rc = cli_keel_error(krc);
-    } else if (opts[1].value != NULL) {
-        fputs("{\"index\": ", stdout);
-        cli_json_string(stdout, argv[0]);
-        fputs(", \"url\": ", stdout);
-        cli_json_string(stdout, argv[1]);
-        printf(", \"seconds\": %.3f, \"uploaded_bytes\": %llu}\n",
-               cli_now() - start, (unsigned long long)up);
-    } else {
-        printf("published %s to %s in %.2f s: %s sent\n", argv[0], argv[1],
-               cli_now() - start, cli_bytes(up, sent, sizeof sent));
-    }
-    return close_index(idx, rc);
-}
-
-/* --- prune ----------------------------------------------------------------- */
-
-int
-cmd_prune(int argc, char **argv)
-{
-    static const char *const names[] = {"URL"};
-    cli_opt opts[] = {{"--keep", 1, NULL}, {"--json", 0, NULL}};
-    int npos, rc = cli_parse("prune", argc, argv, opts, 2, &npos);
-    if (rc == CLI_OK)
-        rc = cli_want("prune", npos, argv, names, 1, 0);
-    if (rc != CLI_OK)
-        return rc;
-    uint64_t keep = 2;
-    if (opts[0].value &&
-        (rc = cli_u64("prune", "--keep", opts[0].value, 1, UINT32_MAX,
-                      &keep)) != CLI_OK)
-        return rc;
-    uint64_t removed = 0;
-    keel_prune_options po = {.removed = &removed};
-    double start = cli_now();
-    int krc = keel_prune(argv[0], (uint32_t)keep, &po);
-    if (krc != KEEL_OK)
-        return cli_open_error(krc); /* nothing published: 3, as info */
-    if (opts[1].value) {
-        fputs("{\"url\": ", stdout);
-        cli_json_string(stdout, argv[0]);
-        printf(", \"kept\": %llu, \"removed\": %llu, \"seconds\": %.3f}\n",
-               (unsigned long long)keep, (unsigned long long)removed,
-               cli_now() - start);
-    } else {
-        char kept[48];
-        if (keep == 1)
-            snprintf(kept, sizeof kept, "the newest version");
-        else
-            snprintf(kept, sizeof kept, "the newest %llu versions",
-                     (unsigned long long)keep);
-        printf("pruned %s in %.2f s: kept %s, removed %llu object%s\n",
-               argv[0], cli_now() - start, kept, (unsigned long long)removed,
-               removed == 1 ? "" : "s");
-    }
-    return CLI_OK;
 }

@@ -108,7 +108,9 @@ static const struct command commands[] = {
      "Prints dimensions, metric, precision, codes, M, counts, file sizes and\n"
      "the snapshot in use, as aligned \"key: value\" lines or one JSON\n"
      "object (whose keys are Python's stats() keys). Opens the index\n"
-     "read-only. INDEX may be an s3:// URL (keel publish).\n"},
+     "read-only. INDEX may be an s3:// URL (keel publish): then it also\n"
+     "prints the published version it opened and the newest one listed\n"
+     "there (JSON \"version\" and \"newest_version\").\n"},
     {"check", cmd_check, "verify an index's integrity",
      "usage: keel check INDEX [--json]\n"
      "\n"
@@ -122,7 +124,10 @@ static const struct command commands[] = {
      "usage: keel publish INDEX s3://BUCKET/PREFIX [--replace] [--json]\n"
      "\n"
      "Publishes INDEX's last flush as the next version at the URL: only the\n"
-     "pages that changed since the version before are sent. The endpoint and\n"
+     "pages that changed since the version before are sent. If the newest\n"
+     "version holds that flush already, nothing is sent and no version is\n"
+     "made (\"no change: version N ...\"; JSON \"unchanged\": true). The\n"
+     "endpoint and\n"
      "keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
      "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION. search, info\n"
      "and check take the URL in place of INDEX (KEEL_CACHE_DIR: a disk\n"
@@ -148,6 +153,20 @@ static const struct command commands[] = {
      "options:\n"
      "  --keep N               versions to keep, at least 1 (default 2)\n"
      "  --json                 print the result as one JSON object\n"},
+    {"versions", cmd_versions, "list the versions published at a URL",
+     "usage: keel versions s3://BUCKET/PREFIX [--json]\n"
+     "\n"
+     "Lists the versions published at the URL, oldest first: each one's\n"
+     "number, the size of its manifest and when the store wrote it (UTC),\n"
+     "and which is the newest (what readers open) and which the `latest`\n"
+     "hint names. One listing and one GET; nothing is changed. Nothing\n"
+     "published at the URL exits 3, as info does.\n"
+     "\n"
+     "options:\n"
+     "  --json                 print {\"url\", \"count\", \"newest\",\n"
+     "                         \"latest_hint\", \"versions\": [{\"version\",\n"
+     "                         \"manifest_bytes\", \"last_modified\",\n"
+     "                         \"newest\", \"latest_hint\"}, ...]}\n"},
     {"delete", cmd_delete, "delete vectors by id",
      "usage: keel delete INDEX ID... [--json]\n"
      "\n"

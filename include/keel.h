@@ -436,6 +436,12 @@ typedef struct keel_publish_options {
                               KEEL_EOPTIONS (KEEL_EDIM for dimensions).
                               Readers of the old index keep their version
                               and keel_refresh reports the replacement. */
+    uint64_t *version;     /* if not NULL, receives the version that holds
+                              the flush: the new one, or, unchanged, the
+                              newest one already there */
+    int *unchanged;        /* if not NULL, receives 1 when the newest
+                              version held this flush already (nothing was
+                              published, no version made), else 0 */
 } keel_publish_options;
 
 /* Publishes the writer's last flush to url, "s3://BUCKET/PREFIX", as the
@@ -453,7 +459,12 @@ typedef struct keel_publish_options {
 ** one: the committed neighbour lists come from the writer's undo log, and
 ** a flush meanwhile starts the publish over at the new flush
 ** (KEEL_ELOCKED after 16 flushes in a row, or when the writer's adds keep
-** changing the pages being published for 32 rounds). A URL reader's
+** changing the pages being published for 32 rounds). A flush the newest
+** version holds already, page for page (a publish with no flush since the
+** last one), makes no version and sends nothing (at most a `latest` hint
+** that was missing or wrong): KEEL_OK with *opt->unchanged 1 and
+** *opt->version that version. The flush is still read and hashed to tell.
+** A URL reader's
 ** handle is KEEL_EINVAL. The handle's cancel callback (keel_set_cancel)
 ** can stop it between requests (KEEL_ECANCELED). */
 int keel_publish(keel_index *idx, const char *url,
@@ -475,6 +486,40 @@ typedef struct keel_prune_options {
 ** versions are untouched. opt may be NULL. KEEL_EINVAL for keep 0,
 ** KEEL_ENOTFOUND when nothing is published at url. */
 int keel_prune(const char *url, uint32_t keep, const keel_prune_options *opt);
+
+/* One version of an index published at a URL (keel_list_versions). */
+typedef struct keel_version {
+    uint64_t version;        /* its number: PREFIX/manifest/<version> */
+    uint64_t manifest_bytes; /* size of its manifest object */
+    int64_t modified_ms;     /* the manifest's LastModified as the store
+                                lists it, in ms since 1970 (UTC); -1 if the
+                                store gave none it could read */
+    int newest;              /* 1 for the largest: what readers open */
+    int hinted;              /* 1 for the one PREFIX/latest names (none
+                                when the hint is missing or names a version
+                                not listed) */
+} keel_version;
+
+/* Receives one version; a nonzero return stops the listing, and
+** keel_list_versions returns it. */
+typedef int (*keel_version_fn)(const keel_version *v, void *arg);
+
+/* Lists the versions published at url, "s3://BUCKET/PREFIX", oldest first,
+** calling fn once for each: one listing of PREFIX/manifest/ (keys there
+** that name no version are left out) and one GET of the `latest` hint; no
+** manifest is read. fn is called only once the whole listing was read.
+** KEEL_ENOTFOUND when nothing is published at url (or the bucket is
+** missing), KEEL_EINVAL for a URL that is not s3://BUCKET/PREFIX, KEEL_EIO
+** for a listing the store does not end (a continuation token repeated,
+** keys out of order or outside the prefix, more than 10,000 answers or
+** 1,000,000 keys). */
+int keel_list_versions(const char *url, keel_version_fn fn, void *arg);
+
+/* The version a reader of a published index (keel_open_reader of an s3://
+** URL) serves now: the newest when it opened, then the newer ones it moved
+** to (every 5 s while it is used, or at keel_refresh). It asks nothing of
+** the store. KEEL_EINVAL for a handle of a local file. */
+int keel_published_version(keel_index *idx, uint64_t *version);
 
 /* Many at once. */
 

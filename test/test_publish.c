@@ -205,11 +205,11 @@ TEST(a_published_index_searches_like_the_file)
     CHECK(same_results(w, r, 14));
     keel_close(r);
 
-    /* an unchanged index publishes a manifest and no pack */
-    uint64_t up3 = 0;
+    /* an unchanged index publishes nothing: no pack, no manifest */
+    uint64_t up3 = 1;
     o.uploaded = &up3;
     CHECK_OK(keel_publish(w, url, &o));
-    CHECK(up3 < PAGE);
+    CHECK_EQ(up3, 0);
     free(v);
     free(more);
     keel_close(w);
@@ -258,14 +258,15 @@ TEST(a_publish_with_unflushed_adds_sends_the_committed_lists)
 struct racer {
     keel_index *idx;
     const char *url;
-    int rc;
+    int rc, unchanged;
 };
 
 static void *
 race(void *arg)
 {
     struct racer *r = arg;
-    r->rc = keel_publish(r->idx, r->url, NULL);
+    keel_publish_options o = {.unchanged = &r->unchanged};
+    r->rc = keel_publish(r->idx, r->url, &o);
     return NULL;
 }
 
@@ -289,7 +290,7 @@ TEST(racing_publishers_never_share_a_version)
     url_of(url, sizeof url, "race");
     int won = 0, lost = 0;
     for (int round = 0; round < 12; round++) {
-        struct racer ra = {a, url, -1}, rb = {b, url, -1};
+        struct racer ra = {a, url, -1, 0}, rb = {b, url, -1, 0};
         pthread_t ta, tb;
         if (round % 2) { /* each starts first in turn */
             pthread_create(&tb, NULL, race, &rb);
@@ -304,7 +305,9 @@ TEST(racing_publishers_never_share_a_version)
             int rc = k ? rb.rc : ra.rc;
             CHECK_MSG(rc == KEEL_OK || rc == KEEL_ELOCKED,
                       "publish returned %d", rc);
-            won += rc == KEEL_OK;
+            /* a publish that found its own commit the newest version
+             * made none (publish.c invariant 12) */
+            won += rc == KEEL_OK && !(k ? rb.unchanged : ra.unchanged);
             lost += rc == KEEL_ELOCKED;
         }
         CHECK(ra.rc == KEEL_OK || rb.rc == KEEL_OK); /* one wins, at least */
@@ -632,6 +635,168 @@ TEST(a_lost_hint_after_a_prune_never_forks_the_versions)
     keel_close(w);
 }
 
+/* The bytes of url's object rest, in buf (cap); their length, or -1. */
+static long
+object_bytes(const char *url, const char *rest, char *buf, size_t cap)
+{
+    char b[64], key[1400];
+    keel_s3 *s3 = object_of(url, rest, b, key, sizeof key);
+    void *d;
+    size_t n;
+    long got = -1;
+    if (s3 && keel__s3_get(s3, b, key, NULL, cap, &d, &n, NULL) == KEEL_OK) {
+        memcpy(buf, d, n);
+        got = (long)n;
+        keel__free(d);
+    }
+    keel__s3_close(s3);
+    return got;
+}
+
+/* A publish with no flush since the last one makes no version and sends
+** nothing, not even the hint when it is right (publish.c invariant 12);
+** a missing or wrong hint is repaired; the next flush is the next version.
+** Two copies of one index whose headers agree are told apart by their
+** pages. */
+TEST(an_unchanged_republish_makes_no_version)
+{
+    NEED_SERVER();
+    char path[600], url[256], text[64];
+    snprintf(path, sizeof path, "%s", test_path("same.keel"));
+    url_of(url, sizeof url, "same");
+    keel_index *w, *r, *c;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    add_flush(w, 300, DIM, 400);
+    uint64_t up = 0, version = 0;
+    int unchanged = -1;
+    keel_publish_options o = {.uploaded = &up, .version = &version,
+                              .unchanged = &unchanged};
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(up > 0 && version == 1 && unchanged == 0);
+    /* a right hint, in bytes publish would not write: left as it is */
+    CHECK_OK(set_object(url, "latest", "1 \n", 3));
+    size_t objects = count_objects(url, "/");
+    up = 1, version = 0, unchanged = -1;
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK_EQ(up, 0);
+    CHECK_EQ(version, 1);
+    CHECK_EQ(unchanged, 1);
+    CHECK_EQ(count_objects(url, "/manifest/"), 1);
+    CHECK_EQ(count_objects(url, "/"), objects);
+    CHECK_EQ(object_bytes(url, "latest", text, sizeof text), 3);
+    /* a missing hint, and one naming no version, are put right */
+    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 1 && version == 1 && hint_of(url) == 1);
+    CHECK_OK(set_object(url, "latest", "7\n", 2));
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 1 && version == 1 && hint_of(url) == 1);
+    /* a reader of the file says the same */
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    unchanged = -1;
+    CHECK_OK(keel_publish(r, url, &o));
+    CHECK(unchanged == 1 && version == 1 && up == 0);
+    /* a change, flushed: the next version */
+    CHECK_OK(keel_delete(w, 7));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 0 && version == 2 && up > 0);
+    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK_OK(keel_publish(r, url, &o));
+    CHECK(unchanged == 1 && version == 2 && up == 0);
+    keel_close(r);
+    /* a copy with the same header fields over other vectors: a version */
+    CHECK_OK(keel_backup(w, test_path("same-copy.keel")));
+    CHECK_OK(keel_open(test_path("same-copy.keel"), DIM, NULL, &c));
+    add_flush(w, 10, DIM, 401);
+    add_flush(c, 10, DIM, 402);
+    keel_stats sw, sc;
+    CHECK_OK(keel_stat(w, &sw));
+    CHECK_OK(keel_stat(c, &sc));
+    CHECK_EQ(sw.snapshot, sc.snapshot);
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 0 && version == 3);
+    CHECK_OK(keel_publish(c, url, &o));
+    CHECK(unchanged == 0 && version == 4);
+    keel_close(c);
+    keel_close(w);
+}
+
+/* What keel_list_versions gave, and a stop after `stop` of them. */
+struct seen {
+    keel_version v[8];
+    int n, stop;
+};
+
+static int
+see_version(const keel_version *v, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 8)
+        s->v[s->n] = *v;
+    s->n++;
+    return s->stop && s->n == s->stop ? 42 : 0;
+}
+
+/* keel_list_versions lists every version, oldest first, with the newest
+** and the hinted one marked; keel_published_version names the version a
+** URL reader serves, and refuses a file's handle. */
+TEST(versions_are_listed_and_a_reader_names_its_own)
+{
+    NEED_SERVER();
+    keel_index *w, *r;
+    char url[256], empty[256];
+    url_of(url, sizeof url, "listed");
+    url_of(empty, sizeof empty, "listed-nothing");
+    CHECK_OK(keel_open(test_path("listed.keel"), DIM, NULL, &w));
+    struct seen s = {0};
+    CHECK_ERR(keel_list_versions(empty, see_version, &s), KEEL_ENOTFOUND);
+    CHECK_MSG_HAS("no index is published at");
+    CHECK_MSG_HAS("help:");
+    CHECK_ERR(keel_list_versions("notaurl", see_version, &s), KEEL_EINVAL);
+    CHECK_MSG_HAS("'notaurl'");
+    CHECK_ERR(keel_list_versions(url, NULL, NULL), KEEL_EINVAL);
+    CHECK_EQ(s.n, 0);
+    double t0 = (double)time(NULL);
+    for (int v = 0; v < 3; v++) {
+        add_flush(w, 200, DIM, 500 + (uint64_t)v);
+        CHECK_OK(keel_publish(w, url, NULL));
+    }
+    CHECK_OK(keel_list_versions(url, see_version, &s));
+    CHECK_EQ(s.n, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(s.v[i].version, (uint64_t)i + 1);
+        CHECK(s.v[i].manifest_bytes > 64);
+        CHECK_EQ(s.v[i].newest, i == 2);
+        CHECK_EQ(s.v[i].hinted, i == 2);
+        /* the store's clock and ours agree within a minute */
+        CHECK(s.v[i].modified_ms > (int64_t)(t0 - 60) * 1000 &&
+              s.v[i].modified_ms < (int64_t)(t0 + 60) * 1000);
+    }
+    /* a hint naming no version marks none; a stop is returned */
+    CHECK_OK(set_object(url, "latest", "9\n", 2));
+    s = (struct seen){.stop = 2};
+    CHECK_EQ(keel_list_versions(url, see_version, &s), 42);
+    CHECK(s.n == 2 && !s.v[0].hinted && !s.v[1].hinted);
+    /* a reader names the version it opened, then the one it moved to */
+    uint64_t seq = 0;
+    CHECK_OK(keel_open_reader(url, NULL, &r));
+    CHECK_OK(keel_published_version(r, &seq));
+    CHECK_EQ(seq, 3);
+    add_flush(w, 200, DIM, 510);
+    CHECK_OK(keel_publish(w, url, NULL));
+    CHECK_OK(keel_refresh(r));
+    CHECK_OK(keel_published_version(r, &seq));
+    CHECK_EQ(seq, 4);
+    CHECK_ERR(keel_published_version(w, &seq), KEEL_EINVAL);
+    CHECK_MSG_HAS("not a published index");
+    CHECK_MSG_HAS("help:");
+    CHECK_ERR(keel_published_version(r, NULL), KEEL_EINVAL);
+    CHECK_ERR(keel_published_version(NULL, &seq), KEEL_EINVAL);
+    keel_close(r);
+    keel_close(w);
+}
+
 /* A manifest under another version's name (its bytes copied there) is
 ** refused by readers and publishers alike: nothing pins it as the version
 ** it claims, and no publish continues from the number it claims. */
@@ -916,11 +1081,15 @@ TEST(a_reader_publishes_the_last_flush_while_another_process_writes)
     keel_index *r;
     CHECK_OK(keel_open_reader(path, NULL, &r));
     int published = 0, compared = 0;
-    uint64_t bytes = 0, first_commit = 0, last_commit = 0;
+    uint64_t bytes = 0, first_commit = 0, last_commit = 0, versions = 0;
     double t0 = secs(), slowest = 0;
     for (int k = 0; k < 10; k++) {
         double t = secs();
-        int rc = keel_publish(r, url, NULL);
+        uint64_t version = 0;
+        int unchanged = -1;
+        keel_publish_options po = {.version = &version,
+                                   .unchanged = &unchanged};
+        int rc = keel_publish(r, url, &po);
         t = secs() - t;
         slowest = KEEL_MAX(slowest, t);
         CHECK_MSG(rc == KEEL_OK, "publish %d: %s", k, keel_errmsg());
@@ -929,7 +1098,10 @@ TEST(a_reader_publishes_the_last_flush_while_another_process_writes)
         published++;
         char got[700], bk[700];
         snprintf(got, sizeof got, "%s/pub-%d.keel", dir, k);
-        CHECK_OK(download(url, (uint64_t)published, got));
+        /* a publish of a commit published already makes no version */
+        versions += unchanged == 0;
+        CHECK_EQ(version, versions);
+        CHECK_OK(download(url, version, got));
         keel_header h;
         CHECK_OK(header_of(got, &h));
         if (!first_commit)

@@ -641,6 +641,22 @@ api_prune(keel_s3 *s3, outcome *o)
     return keel_prune(API_URL, 1, &po);
 }
 
+static int
+count_version(const keel_version *v, void *arg)
+{
+    (void)v;
+    (*(uint64_t *)arg)++;
+    return 0;
+}
+
+static int
+api_versions(keel_s3 *s3, outcome *o)
+{
+    (void)s3;
+    o->n = 0;
+    return keel_list_versions(API_URL, count_version, &o->n);
+}
+
 /* A public call ended by a fault: a documented code (never the client's
 ** own -1 or -2), a message with a help line, within limit_s; the call
 ** after the fault cleared works. */
@@ -748,6 +764,23 @@ TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)
     /* what was published still opens */
     o = run_case(NULL, api_open_search, 20);
     CHECK_MSG(o.ran && o.rc == KEEL_OK && o.n == 5, "%s", o.msg);
+}
+
+TEST(versions_fail_on_a_listing_that_never_ends_and_list_none)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    /* the same token, page after page: a listing that never ends (one of
+     * new tokens and keys ends at the key cap, 1,000,000: 15 s here) */
+    outcome o = run_case("mode=list-repeat", api_versions, 20);
+    CHECK_API_FAULT(o, 10);
+    CHECK_EQ(o.rc, KEEL_EIO);
+    CHECK_MSG(strstr(o.msg, "nothing was listed") &&
+              strstr(o.msg, "listing the versions of " API_URL), "%s", o.msg);
+    CHECK(o.n >= 1); /* the call after the fault lists what is there */
+    o = run_case("mode=list-outside", api_versions, 20);
+    CHECK_API_FAULT(o, 10);
+    CHECK_MSG(strstr(o.msg, "not under the prefix"), "%s", o.msg);
 }
 
 /* A store that says every object exists (200 to every HEAD, a manifest for

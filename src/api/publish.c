@@ -66,6 +66,13 @@
 **     starts over from the new snapshot (at most READER_TRIES). Pages of
 **     a try that was dropped are packs no manifest names (invariant 4).
 **
+** (12) A publish whose image is the newest version's, page for page (the
+**     same commit: an unchanged republish), makes no version: it sends no
+**     pack (every page is one the version holds) and no manifest, and
+**     reports that version. Only a hint that is missing or names another
+**     version is written again. The image is still built and hashed: a
+**     header alone does not tell two copies of one index apart.
+**
 ** This module reads the index file through the store's descriptor (the OS
 ** layer) and sends bytes through the S3 client; on a writer it holds the
 ** handle's write lock throughout, so no flush or add changes the file
@@ -298,7 +305,9 @@ typedef struct pub {
     keel_s3_put_job *jobs;    /* the queued packs */
     uint64_t pack_cap, pack_fill, pack_first; /* first page in it */
     uint64_t uploaded;
+    uint64_t hint;            /* the version `latest` named; 0: none */
     int replace;              /* opt->replace: another index may precede */
+    int unchanged;            /* prev holds this image already (12) */
     keel_stop *stop;          /* the handle's cancel */
 } pub;
 
@@ -414,7 +423,7 @@ find_previous(pub *p)
     keel__latest_key(key, sizeof key, p->prefix);
     int rc = keel__s3_get(p->s3, p->bucket, key, NULL, 64, &data, &len, NULL);
     if (rc == KEEL_OK) {
-        seq = keel__latest_parse(data, len);
+        seq = p->hint = keel__latest_parse(data, len);
         keel__free(data);
     } else if ((rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) ||
                rc == KEEL_ECANCELED) {
@@ -644,6 +653,42 @@ settle(pub *p, keel_store *st, keel_header *h, const region *r, size_t nr,
                       st->path, SETTLE_ROUNDS);
 }
 
+/* Invariant (12): whether the image just built is the previous version's,
+** page for page: the same commit (header sequence and file end, which the
+** manifest records) and every page's hash, page 0 (the header: identity,
+** epoch, counts) included. Two writers of copies of one index can commit
+** headers alike over other bytes; only the pages tell. */
+static int
+same_image(const pub *p)
+{
+    const keel_manifest *a = &p->prev, *b = &p->next;
+    if (a->seq == 0 || a->commit_seq != b->commit_seq ||
+        a->image_len != b->image_len || a->npages != b->npages)
+        return 0;
+    for (uint64_t i = 0; i < a->npages; i++)
+        if (a->pages[i].hash_hi != b->pages[i].hash_hi ||
+            a->pages[i].hash_lo != b->pages[i].hash_lo ||
+            (a->pages[i].pack == KEEL_MAN_ZERO_PAGE) !=
+                (b->pages[i].pack == KEEL_MAN_ZERO_PAGE))
+            return 0;
+    return 1;
+}
+
+/* An unchanged publish (12) sends nothing but a repair of a hint that is
+** missing or names another version. */
+static void
+repair_hint(pub *p)
+{
+    if (p->hint == p->prev.seq)
+        return;
+    char key[NAME_MAX_], text[32];
+    int n = snprintf(text, sizeof text, "%" PRIu64 "\n", p->prev.seq);
+    keel__latest_key(key, sizeof key, p->prefix);
+    /* the hint is only a hint: the version is there without it */
+    (void)keel__s3_put(p->s3, p->bucket, key, text, (size_t)n, 0, NULL);
+    keel__clear_error();
+}
+
 /* Publishes commit h of st. words: a reader's header words at its
 ** snapshot; AGAIN when a flush began since (nothing was committed). */
 static int
@@ -702,6 +747,13 @@ publish_commit(pub *p, keel_store *st, keel_header *h, const uint64_t *words)
         if (memcmp(now, words, sizeof now) != 0)
             return AGAIN; /* the log the image settled on may be gone */
     }
+    if (!rc && same_image(p)) {
+        /* Invariant (12): no page differed, so no pack was queued or
+         * sent (place_page reuses every one), and no manifest goes. */
+        p->unchanged = 1;
+        repair_hint(p);
+        return KEEL_OK;
+    }
     if (!rc)
         rc = commit_manifest(p);
     return rc;
@@ -726,6 +778,8 @@ pub_reset(pub *p)
     p->pack = NULL;
     p->packs_cap = p->nq = 0;
     p->pack_fill = p->pack_first = 0;
+    p->hint = 0;
+    p->unchanged = 0;
 }
 
 /* A reader's publish (invariant 11): of a snapshot, again from a new one
@@ -808,6 +862,10 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     }
     if (!rc && opt && opt->uploaded)
         *opt->uploaded = p->uploaded;
+    if (!rc && opt && opt->version)
+        *opt->version = p->unchanged ? p->prev.seq : p->next.seq;
+    if (!rc && opt && opt->unchanged)
+        *opt->unchanged = p->unchanged;
     keel__s3_close(p->s3);
     pub_reset(p);
     keel__free(p);
