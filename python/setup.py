@@ -127,8 +127,8 @@ class Sdist(sdist):
 
 ext = Extension(
     "keel._keel",
-    sources=["keel/_keel.c", "keel/_filter.c"],
-    depends=["keel/_filter.h"],
+    sources=["keel/_keel.c", "keel/_errors.c", "keel/_filter.c"],
+    depends=["keel/_errors.h", "keel/_filter.h"],
     libraries=["xxhash", "curl", "m"],
     extra_compile_args=FLAGS + ["-Wno-cast-function-type"],
     # keel's internal symbols stay inside the module.

@@ -15,6 +15,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include "_errors.h"
 #include "_filter.h"
 
 typedef struct {

@@ -26,7 +26,4 @@ void keel_py_allowed_release(keel_py_allowed *a);
 /* module NULL: connect the helpers (keel._coerce); else add the type. */
 int keel_py_filter_setup(PyObject *module, PyObject *helpers);
 
-/* Raises the exception of keel code rc (_keel.c); returns NULL. */
-PyObject *keel_py_raise(int rc);
-
 #endif /* KEEL_PY_FILTER_H */

@@ -50,15 +50,13 @@
 #include <string.h>
 
 #include "keel.h"
+#include "_errors.h"
 #include "_filter.h"
 
 #define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
 
 /* --- module state (set once by keel/__init__.py through _setup) ---------- */
 
-#define MAX_CODE KEEL_ECANCELED
-static PyObject *err_class[MAX_CODE + 1]; /* by code; [0] = keel.Error */
-static PyObject *index_not_found;   /* ENOTFOUND from an open: no such file */
 static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
 static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
 static PyObject *h_id;              /* _coerce.one_id(obj, fn) */
@@ -72,134 +70,6 @@ static void
 after_fork_child(void)
 {
     fork_generation++;
-}
-
-/* Raises the class of code rc (-1: IndexNotFoundError) with message msg. */
-static PyObject *
-raise_code(int rc, const char *msg)
-{
-    PyObject *cls = rc > 0 && rc <= MAX_CODE ? err_class[rc]
-                  : rc == -1 ? index_not_found : NULL;
-    if (!cls)
-        cls = err_class[0] ? err_class[0] : PyExc_RuntimeError;
-    /* keel's messages quote paths, which need not be UTF-8. */
-    PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg),
-                                          "backslashreplace");
-    if (text) {
-        PyErr_SetObject(cls, text);
-        Py_DECREF(text);
-    }
-    return NULL;
-}
-
-/* The exception a signal handler raised in cancel_check, kept for the
-** thread whose call it stopped. */
-static _Thread_local PyObject *stop_type, *stop_value, *stop_tb;
-
-/* keel's cancel callback: runs the Python signal handlers (on the main
-** thread; elsewhere PyErr_CheckSignals does nothing). One that raises stops
-** the call; its exception is raised when the call returns. */
-static int
-cancel_check(void *arg)
-{
-    (void)arg;
-    PyGILState_STATE g = PyGILState_Ensure();
-    int stop = PyErr_CheckSignals() < 0;
-    if (stop) {
-        Py_CLEAR(stop_type);
-        Py_CLEAR(stop_value);
-        Py_CLEAR(stop_tb);
-        PyErr_Fetch(&stop_type, &stop_value, &stop_tb);
-    }
-    PyGILState_Release(g);
-    return stop;
-}
-
-/* Raises the exception that stopped this thread's call; 0 if none did. */
-static int
-raise_stop(void)
-{
-    if (!stop_type)
-        return 0;
-    PyErr_Restore(stop_type, stop_value, stop_tb);
-    stop_type = stop_value = stop_tb = NULL;
-    return 1;
-}
-
-/* Library phrases that speak of the C API or the CLI, and what Python says
-** instead: the library words its messages for every caller, and here they
-** become the classes and methods a Python user calls. */
-static const char *const speak_table[][2] = {
-    {"(made by keel backup, keel_backup or backup())", "(made by backup())"},
-    {"opening it as a writer creates the index, a reader needs an existing "
-     "one", "keel.VectorIndex(path, dimensions) creates an index; "
-     "keel.IndexReader(path) needs an existing one"},
-    {"close the other writer, or open a reader to search while it writes",
-     "close the other writer, or open a keel.IndexReader(path) to search "
-     "while it writes"},
-    {"open the index as a reader to search it",
-     "open it with keel.IndexReader(path) to search it"},
-    {"open it as a reader to search it",
-     "open it with keel.IndexReader(path) to search it"},
-    {"or KEEL_FILE_OPTIONS to take the file's own",
-     "or leave codes out to take the file's own"},
-    {"or publish an index there with keel_publish",
-     "or publish an index there with index.publish(url)"},
-    {"open it with keel_open_reader; to change it, open the local file as a "
-     "writer and keel_publish it again",
-     "open it with keel.IndexReader(url); to change it, open the local file "
-     "with keel.VectorIndex and publish() it again"},
-    {"(keel publish --replace; keel_publish_options.replace)",
-     "(publish(url, replace=True))"},
-};
-
-/* msg rewritten into Python's terms (speak_table) into out (len bytes). */
-static const char *
-speak(const char *msg, char *out, size_t len)
-{
-    size_t o = 0, n = sizeof speak_table / sizeof speak_table[0];
-    const char *p = msg;
-
-    while (*p && o + 1 < len) {
-        size_t i;
-        for (i = 0; i < n; i++)
-            if (!strncmp(p, speak_table[i][0], strlen(speak_table[i][0])))
-                break;
-        if (i == n) {
-            out[o++] = *p++;
-            continue;
-        }
-        size_t tl = strlen(speak_table[i][1]);
-        if (tl > len - 1 - o)
-            tl = len - 1 - o;
-        memcpy(out + o, speak_table[i][1], tl);
-        o += tl;
-        p += strlen(speak_table[i][0]);
-    }
-    out[o] = '\0';
-    return out;
-}
-
-/* Raises keel's error for rc with this thread's keel_errmsg(). opening is
-** nonzero for keel_open / keel_open_reader, where KEEL_ENOTFOUND means no
-** file (FileNotFoundError) rather than no id (KeyError). */
-static PyObject *
-raise_keel(int rc, int opening)
-{
-    if (raise_stop()) /* a signal handler stopped the call: its exception */
-        return NULL;
-    const char *msg = keel_errmsg();
-    char buf[160], spoken[2048];
-    if (!msg || !*msg) {
-        snprintf(buf, sizeof buf, "%s\nhelp: this is a bug in keel: it "
-                 "failed without a message; please report it",
-                 keel_strerror(rc));
-        msg = buf;
-    }
-    msg = speak(msg, spoken, sizeof spoken);
-    if (rc == KEEL_ENOTFOUND && opening && index_not_found)
-        return raise_code(-1, msg);
-    return raise_code(rc, msg);
 }
 
 /* --- the Index type ------------------------------------------------------ */
@@ -242,7 +112,8 @@ typedef struct {
     uint32_t dim;
     int reader;
     int remote;                 /* a reader of an s3:// URL: its searches
-                                   run the signal handlers (cancel_check) */
+                                   run the signal handlers
+                                   (keel_py_cancel_check) */
     int metric, precision, codes;
     PyObject *path;             /* str, or None */
     PyObject *weakrefs;
@@ -328,11 +199,11 @@ static PyObject *
 closed_error(IndexObject *self)
 {
     if (self->path == Py_None)
-        return raise_code(KEEL_EINVAL, "the index is not open\nhelp: create "
-                          "it with keel.VectorIndex(path, dimensions) or "
-                          "keel.IndexReader(path)");
-    return PyErr_Format(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
-                                                : PyExc_ValueError,
+        return keel_py_raise_code(KEEL_EINVAL, "the index is not open\n"
+                                  "help: create it with keel.VectorIndex("
+                                  "path, dimensions) or "
+                                  "keel.IndexReader(path)");
+    return PyErr_Format(keel_py_invalid_class(),
                         "the index at %U is closed\nhelp: open it again; a "
                         "closed index cannot be used", self->path);
 }
@@ -354,10 +225,11 @@ check_usable(IndexObject *self, const char *fn)
     if (check_reentry(self, fn))
         return -1;
     if (inherited(self)) {
-        raise_code(KEEL_EINVAL, "this index was opened in the parent process "
-                   "before fork(); a child may only close it\nhelp: open the "
-                   "index again in the child process (or use the 'spawn' "
-                   "start method)");
+        keel_py_raise_code(KEEL_EINVAL, "this index was opened in the "
+                           "parent process before fork(); a child may only "
+                           "close it\nhelp: open the index again in the "
+                           "child process (or use the 'spawn' start "
+                           "method)");
         return -1;
     }
     if (!self->idx) {
@@ -402,9 +274,10 @@ enter_vectors(IndexObject *self, PyArrayObject *a, int batch, const char *fn)
         return -1;
     if (PyArray_DIM(a, batch) != (npy_intp)self->dim) {
         leave(self);
-        raise_code(KEEL_EDIM, "the vectors' length no longer matches the "
-                   "index's dimensions\nhelp: do not open an object again "
-                   "while other threads use it");
+        keel_py_raise_code(KEEL_EDIM, "the vectors' length no longer "
+                           "matches the index's dimensions\nhelp: do not "
+                           "open an object again while other threads use "
+                           "it");
         return -1;
     }
     return 0;
@@ -521,8 +394,7 @@ get_count(PyObject *obj, const char *name, const char *fn, long long lo,
             help);
         Py_DECREF(o);
         if (msg) {
-            PyErr_SetObject(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
-                                                   : PyExc_ValueError, msg);
+            PyErr_SetObject(keel_py_invalid_class(), msg);
             Py_DECREF(msg);
         }
         return -1;
@@ -552,8 +424,7 @@ get_id(PyObject *obj, const char *fn, uint64_t *out)
             "18446744073709551614 (2**64 - 2)", o);
         Py_DECREF(o);
         if (msg) {
-            PyErr_SetObject(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
-                                                   : PyExc_ValueError, msg);
+            PyErr_SetObject(keel_py_invalid_class(), msg);
             Py_DECREF(msg);
         }
         return -1;
@@ -665,10 +536,10 @@ index_open(IndexObject *self, PyObject *args)
         pthread_rwlock_unlock(&self->lock);
         Py_DECREF(path_bytes);
         Py_XDECREF(cache_bytes_dir);
-        return raise_code(KEEL_EINVAL, "this index object was opened "
-                          "already; an object opens once\nhelp: create a "
-                          "new object to open an index again or another "
-                          "index");
+        return keel_py_raise_code(KEEL_EINVAL, "this index object was "
+                                  "opened already; an object opens once\n"
+                                  "help: create a new object to open an "
+                                  "index again or another index");
     }
     keel_options o = {
         .metric = (keel_metric)metric,
@@ -697,11 +568,11 @@ index_open(IndexObject *self, PyObject *args)
     if (!rc)
         rc = keel_stat(idx, &st);
     if (!rc && (!reader || remote))
-        rc = keel_set_cancel(idx, cancel_check, NULL);
+        rc = keel_set_cancel(idx, keel_py_cancel_check, NULL);
     Py_END_ALLOW_THREADS
     PyObject *name = NULL;
     if (rc)
-        raise_keel(rc, 1);
+        keel_py_raise_opening(rc);
     else
         name = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_bytes);
@@ -752,7 +623,7 @@ index_close(IndexObject *self, PyObject *unused)
     pthread_rwlock_unlock(&self->lock);
     Py_END_ALLOW_THREADS
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -786,7 +657,7 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     leave(self);
     Py_DECREF(v);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     return PyLong_FromUnsignedLongLong(id);
 }
 
@@ -825,7 +696,7 @@ index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     Py_XDECREF(ids);
     if (rc) {
         Py_DECREF(out);
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     }
     return (PyObject *)out;
 fail:
@@ -877,7 +748,7 @@ index_get_many(IndexObject *self, PyObject *arg)
         return NULL;
     if (rc) {
         Py_DECREF(v);
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     }
     return (PyObject *)v;
 }
@@ -902,7 +773,7 @@ index_delete_many(IndexObject *self, PyObject *arg)
     leave(self);
     Py_DECREF(ids);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -935,7 +806,7 @@ index_ids(IndexObject *self, PyObject *unused)
         free(buf);
         if (rc == KEEL_ENOMEM && !keel_errmsg()[0])
             return PyErr_NoMemory();
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     }
     npy_intp dim = (npy_intp)n;
     PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &dim, NPY_UINT64);
@@ -970,7 +841,7 @@ index_backup(IndexObject *self, PyObject *arg)
     leave(self);
     Py_DECREF(path);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -1001,7 +872,7 @@ index_publish(IndexObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     leave(self);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     return PyLong_FromUnsignedLongLong(sent);
 }
 
@@ -1019,7 +890,7 @@ index_delete(IndexObject *self, PyObject *arg)
     Py_END_ALLOW_THREADS
     leave(self);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -1045,7 +916,7 @@ simple_call(IndexObject *self, int (*fn)(keel_index *), const char *name,
         busy_pop(&b);
     leave(self);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     Py_RETURN_NONE;
 }
 
@@ -1093,13 +964,6 @@ typedef struct {
     keel_py_allowed allow;
     size_t k;
 } search_args;
-
-PyObject *
-keel_py_raise(int rc)
-{
-    raise_keel(rc, 0);
-    return NULL;
-}
 
 /* Parses (query(ies), k=10, ef=None, allowed=None). */
 static int
@@ -1197,7 +1061,7 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
         busy_pop(&b);
     leave(self);
     if (rc) {
-        raise_keel(rc, 0);
+        keel_py_raise(rc);
         goto done;
     }
     npy_intp dims[1] = {(npy_intp)n};
@@ -1225,8 +1089,7 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         goto done;
     npy_intp nq = PyArray_DIM(q, 0);
     if (s.allow.per_query && s.allow.nper != (size_t)nq) {
-        PyErr_Format(err_class[KEEL_EINVAL] ? err_class[KEEL_EINVAL]
-                                            : PyExc_ValueError,
+        PyErr_Format(keel_py_invalid_class(),
                      "search_batch() was given %zu allow-lists for %zd "
                      "queries\nhelp: pass one per query (None for every id), "
                      "or one allow-list for all", s.allow.nper, nq);
@@ -1256,7 +1119,7 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         busy_pop(&b);
     leave(self);
     if (rc) {
-        raise_keel(rc, 0);
+        keel_py_raise(rc);
         goto done;
     }
     npy_intp dims[2] = {nq, (npy_intp)s.k};
@@ -1296,14 +1159,14 @@ index_search_radius(IndexObject *self, PyObject *const *args,
     if (r == -1.0 && PyErr_Occurred())
         return NULL;
     if (isinf(r))
-        return PyErr_Format(err_class[KEEL_EINVAL], "radius is %R, but has "
-                            "to be finite\nhelp: for the nearest max_results "
-                            "whatever their distance, use search(query, "
-                            "k=max_results)", a[1]);
+        return PyErr_Format(keel_py_invalid_class(), "radius is %R, but "
+                            "has to be finite\nhelp: for the nearest "
+                            "max_results whatever their distance, use "
+                            "search(query, k=max_results)", a[1]);
     if (isfinite(r) && fabs(r) > 3.4028234663852886e38)
-        return PyErr_Format(err_class[KEEL_EINVAL], "radius is %R, beyond "
-                            "what a float32 distance reaches\nhelp: pass a "
-                            "finite distance such as 0.5", a[1]);
+        return PyErr_Format(keel_py_invalid_class(), "radius is %R, "
+                            "beyond what a float32 distance reaches\nhelp: "
+                            "pass a finite distance such as 0.5", a[1]);
     if (a[2] && get_count(a[2], "max_results", fn, 1, MAX_K, "1,000,000",
                           "pass how many results to return at most, such as "
                           "1000", &cap))
@@ -1333,7 +1196,7 @@ index_search_radius(IndexObject *self, PyObject *const *args,
     Py_END_ALLOW_THREADS
     leave(self);
     if (rc) {
-        raise_keel(rc, 0);
+        keel_py_raise(rc);
         goto done;
     }
     npy_intp dims[1] = {(npy_intp)n};
@@ -1368,7 +1231,7 @@ index_get(IndexObject *self, PyObject *arg)
     leave(self);
     if (rc) {
         Py_DECREF(v);
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     }
     return (PyObject *)v;
 }
@@ -1434,7 +1297,7 @@ index_contains(IndexObject *self, PyObject *arg)
     if (rc == KEEL_ENOTFOUND)
         return 0;
     if (rc) {
-        raise_keel(rc, 0);
+        keel_py_raise(rc);
         return -1;
     }
     return 1;
@@ -1466,7 +1329,7 @@ index_pending(IndexObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS
     leave(self);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     return Py_BuildValue("(KK)", (unsigned long long)adds,
                          (unsigned long long)deletes);
 }
@@ -1484,7 +1347,7 @@ index_stats(IndexObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS
     leave(self);
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     return Py_BuildValue(
         "{sIsssssssIsKsKsKsKsIsIsIsKsKsKsO}",
         "dimensions", st.dim,
@@ -1702,22 +1565,8 @@ module_setup(PyObject *mod, PyObject *args)
     PyObject *classes, *inf, *helpers;
     if (!PyArg_ParseTuple(args, "OOO:_setup", &classes, &inf, &helpers))
         return NULL;
-    PyObject *seq = PySequence_Fast(classes, "classes must be a sequence");
-    if (!seq)
+    if (keel_py_errors_setup(classes, inf))
         return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != MAX_CODE + 1) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "_setup needs one class per code");
-        return NULL;
-    }
-    for (int i = 0; i <= MAX_CODE; i++) {
-        PyObject *c = PySequence_Fast_GET_ITEM(seq, i);
-        Py_INCREF(c);
-        Py_XSETREF(err_class[i], c);
-    }
-    Py_DECREF(seq);
-    Py_INCREF(inf);
-    Py_XSETREF(index_not_found, inf);
     static const struct {
         PyObject **slot;
         const char *name;
@@ -1794,7 +1643,7 @@ module_prune(PyObject *mod, PyObject *args, PyObject *kw)
     rc = keel_prune(url, (uint32_t)keep, &o);
     Py_END_ALLOW_THREADS
     if (rc)
-        return raise_keel(rc, 0);
+        return keel_py_raise(rc);
     return PyLong_FromUnsignedLongLong(removed);
 }
 
