@@ -1,33 +1,13 @@
-/* api.c -- keel's public functions: argument checks, handles, locking, and
-** the error message every failure leaves.
+/* api.c -- keel's public functions: argument checks, open and close, adds
+** and deletes, searches and reads, and the error message every failure
+** leaves.
 **
 ** The top of the module stack: it turns a public call into store, build and
-** search calls. It owns the handle and its locks:
-**
-**   write_lock  serializes adds, deletes, flushes and compaction (writer),
-**               and keeps a writer's stat, check and warm off a half-done
-**               write;
-**   swap_lock   searches hold it shared; compaction's swap of the store and
-**               close hold it exclusive, so no search reads a store that goes;
-**               the setters of the progress and cancel callbacks hold it
-**               exclusive too (inside write_lock), since a reader's swap
-**               copies them into the new builder under it alone;
-**   pool_lock   guards the list of free search contexts.
-**
-** Order: write_lock before swap_lock (compaction swaps with write_lock
-** held), never the other way round.
-**
-** After fork() the child may only close the handle: it takes none of these
-** locks there, since a thread of the parent may have held any of them at
-** the fork, and that thread does not exist in the child.
-**
-** Searches take no lock a write holds: they read the store through views,
-** so a search on a writer handle runs while an add on another thread links.
+** search calls. The handle and its locks are handle.h's; this file takes
+** them in the order written there (write_lock before swap_lock).
 */
 #include "api/api.h"
 #include "hnsw/filter.h"
-
-_Thread_local int keel__swap_depth;
 
 #include <float.h>
 #include <math.h>
@@ -37,19 +17,6 @@ _Thread_local int keel__swap_depth;
 #include <unistd.h>
 
 /* --- arguments ---------------------------------------------------------- */
-
-#define NEED(cond, ...)                                                     \
-    do {                                                                    \
-        if (!(cond))                                                        \
-            return keel__fail(KEEL_EINVAL, __VA_ARGS__);                    \
-    } while (0)
-
-static int
-null_handle(const char *fn)
-{
-    return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass the "
-                      "handle keel_open or keel_open_reader returned", fn);
-}
 
 static int
 need_writer(keel_index *idx, const char *what)
@@ -234,122 +201,7 @@ check_options(const keel_options *o)
     return KEEL_OK;
 }
 
-/* --- handles ------------------------------------------------------------ */
-
-static keel_index *
-index_new(const char *path, const keel_options *o, int writer)
-{
-    keel_index *idx = keel__calloc(1, sizeof *idx);
-    if (!idx)
-        return NULL;
-    idx->path = strdup(path);
-    idx->gr = keel__calloc(1, sizeof *idx->gr);
-    if (!idx->path || !idx->gr) {
-        free(idx->path);
-        keel__free(idx->gr);
-        keel__free(idx);
-        keel__fail(KEEL_ENOMEM, "out of memory opening %s\nhelp: free memory",
-                   path);
-        return NULL;
-    }
-    idx->writer = writer;
-    idx->ef_search = o && o->ef_search ? o->ef_search : 64;
-    idx->ef_construction = o && o->ef_construction ? o->ef_construction : 200;
-    idx->threads = o && o->threads ? o->threads : keel__cpu_count();
-    idx->flags = o ? o->flags : 0;
-    idx->owner = getpid();
-    pthread_mutex_init(&idx->write_lock, NULL);
-    pthread_mutex_init(&idx->pool_lock, NULL);
-    pthread_rwlock_init(&idx->swap_lock, NULL);
-    pthread_mutex_init(&idx->gate_lock, NULL);
-    pthread_cond_init(&idx->gate_open, NULL);
-    pthread_cond_init(&idx->backup_done, NULL);
-    return idx;
-}
-
-static void
-index_free(keel_index *idx)
-{
-    int forked = idx->owner != getpid();
-    if (forked) {
-        /* A child after fork(): a parent's thread may have held any lock,
-         * the allocator's among them, when the process was copied. Release
-         * what the child holds in the system (mappings, descriptors) and
-         * call nothing that may wait; the child's copy of the heap goes
-         * with the child. */
-        keel__store_release_forked(idx->st);
-        return;
-    }
-    keel__warm_stop(idx);
-    for (keel_search_ctx *c = idx->pool, *n; c; c = n) {
-        n = c->next;
-        keel__search_ctx_free(c);
-    }
-    keel__store_close(idx->st);
-    keel__free(idx->conv);
-    keel__free(idx->gr);
-    pthread_mutex_destroy(&idx->write_lock);
-    pthread_mutex_destroy(&idx->pool_lock);
-    pthread_rwlock_destroy(&idx->swap_lock);
-    pthread_mutex_destroy(&idx->gate_lock);
-    pthread_cond_destroy(&idx->gate_open);
-    pthread_cond_destroy(&idx->backup_done);
-    free(idx->path);
-    keel__free(idx);
-}
-
-/* Points the handle at a store (at open, and after a compaction). After
-** open, the caller holds swap_lock exclusive: that keeps the callbacks it
-** copies from the handle still against keel_set_progress and
-** keel_set_cancel, which a reader following a compaction does not hold
-** write_lock against. */
-int
-keel__index_attach(keel_index *idx, keel_store *st)
-{
-    idx->st = st;
-    /* Written only when they change (at open): a reader follows only to
-     * its own index, so a search that reads them before taking swap_lock
-     * never races the swap. */
-    if (idx->dim != st->g.dim)
-        idx->dim = st->g.dim;
-    if (idx->metric != st->metric)
-        idx->metric = st->metric;
-    if (idx->precision != st->precision)
-        idx->precision = st->precision;
-    keel__graph_init(idx->gr, st);
-    keel__build_init(&idx->builder, idx->gr, idx->ef_construction);
-    idx->builder.progress = idx->progress;
-    idx->builder.progress_arg = idx->progress_arg;
-    idx->builder.cancel = idx->cancel;
-    idx->builder.cancel_arg = idx->cancel_arg;
-    return KEEL_OK;
-}
-
-keel_search_ctx *
-keel__ctx_get(keel_index *idx)
-{
-    pthread_mutex_lock(&idx->pool_lock);
-    keel_search_ctx *c = idx->pool;
-    if (c)
-        idx->pool = c->next;
-    pthread_mutex_unlock(&idx->pool_lock);
-    if (c && (c->dim != idx->dim || c->M0 != idx->gr->M0)) {
-        keel__search_ctx_free(c);
-        c = NULL;
-    }
-    return c ? c : keel__search_ctx_new(idx->gr);
-}
-
-void
-keel__ctx_put(keel_index *idx, keel_search_ctx *c)
-{
-    if (!c)
-        return;
-    pthread_mutex_lock(&idx->pool_lock);
-    c->next = idx->pool;
-    idx->pool = c;
-    pthread_mutex_unlock(&idx->pool_lock);
-}
+/* --- open and close ----------------------------------------------------- */
 
 int
 keel_open(const char *path, uint32_t dim, const keel_options *opt,
@@ -395,7 +247,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         return keel__not_regular_fail(path, li.type);
     if (exists && keel__os->resolve(path, real, sizeof real) == 0)
         path = real;
-    keel_index *idx = index_new(path, opt, 1);
+    keel_index *idx = keel__index_new(path, opt, 1);
     if (!idx)
         return KEEL_ENOMEM;
     keel_store *st;
@@ -403,7 +255,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
         p.M = 0; /* the file's own, or 16 for a new file (store decides) */
     rc = keel__store_open_writer(path, &p, &st);
     if (rc) {
-        index_free(idx);
+        keel__index_free(idx);
         return rc;
     }
     if (!memory)
@@ -413,7 +265,7 @@ keel_open(const char *path, uint32_t dim, const keel_options *opt,
     idx->conv = keel__malloc((size_t)idx->dim * 4 * 3 +
                              keel__code_row_bytes(idx->dim, KEEL_CODES_I8));
     if (!idx->conv) {
-        index_free(idx);
+        keel__index_free(idx);
         return KEEL_ENOMEM;
     }
     if (idx->flags & KEEL_HUGE_PAGES)
@@ -493,7 +345,7 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
     int rc = check_options(opt);
     if (rc)
         return rc;
-    keel_index *idx = index_new(path, opt, 0);
+    keel_index *idx = keel__index_new(path, opt, 0);
     if (!idx)
         return KEEL_ENOMEM;
     keel_store *st;
@@ -501,7 +353,7 @@ keel_open_reader(const char *path, const keel_options *opt, keel_index **out)
              ? open_remote(path, opt, (idx->flags & KEEL_WARM) != 0, &st)
              : keel__store_open_reader(path, &st);
     if (rc) {
-        index_free(idx);
+        keel__index_free(idx);
         return rc;
     }
     keel__index_attach(idx, st);
@@ -523,8 +375,9 @@ keel_close(keel_index *idx)
     if (idx->owner == getpid()) {
         keel__swap_exclusive(idx);
         keel__swap_unlock(idx);
+        keel__warm_stop(idx);
     }
-    index_free(idx);
+    keel__index_free(idx);
     return KEEL_OK;
 }
 
@@ -532,7 +385,7 @@ int
 keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg)
 {
     if (!idx)
-        return null_handle("keel_set_progress");
+        return keel__null_handle("keel_set_progress");
     pthread_mutex_lock(&idx->write_lock);
     keel__swap_exclusive(idx);
     idx->progress = idx->builder.progress = fn;
@@ -546,7 +399,7 @@ int
 keel_set_cancel(keel_index *idx, keel_cancel_fn fn, void *arg)
 {
     if (!idx)
-        return null_handle("keel_set_cancel");
+        return keel__null_handle("keel_set_cancel");
     pthread_mutex_lock(&idx->write_lock);
     keel__swap_exclusive(idx);
     idx->cancel = idx->builder.cancel = fn;
@@ -561,7 +414,7 @@ keel_pending(keel_index *idx, uint64_t *adds, uint64_t *deletes)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_pending");
+        return keel__null_handle("keel_pending");
     uint64_t a = 0, d = 0;
     if (idx->writer) {
         pthread_mutex_lock(&idx->write_lock);
@@ -778,7 +631,7 @@ keel_add(keel_index *idx, const float *vec, uint64_t *id_out)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_add");
+        return keel__null_handle("keel_add");
     int rc = need_writer(idx, "add");
     if (rc)
         return rc;
@@ -802,7 +655,7 @@ keel_add_with_id(keel_index *idx, uint64_t id, const float *vec)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_add_with_id");
+        return keel__null_handle("keel_add_with_id");
     int rc = need_writer(idx, "add");
     if (rc)
         return rc;
@@ -828,7 +681,7 @@ keel_add_batch(keel_index *idx, const float *vecs, size_t n,
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_add_batch");
+        return keel__null_handle("keel_add_batch");
     int rc = need_writer(idx, "add");
     if (rc)
         return rc;
@@ -874,7 +727,7 @@ keel_delete(keel_index *idx, uint64_t id)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_delete");
+        return keel__null_handle("keel_delete");
     int rc = need_writer(idx, "delete");
     if (rc)
         return rc;
@@ -896,7 +749,7 @@ keel_flush(keel_index *idx)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_flush");
+        return keel__null_handle("keel_flush");
     int rc = need_writer(idx, "flush");
     if (rc)
         return rc;
@@ -917,7 +770,7 @@ check_search_args(keel_index *idx, const char *fn, const void *q, size_t k,
                   const void *n_out)
 {
     if (!idx)
-        return null_handle(fn);
+        return keel__null_handle(fn);
     NEED(q, "%s was given no query\nhelp: pass %u floats", fn, idx->dim);
     NEED(k > 0, "k is 0, but has to be at least 1\nhelp: pass how many "
          "results to return, such as 10");
@@ -1152,7 +1005,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_get");
+        return keel__null_handle("keel_get");
     NEED(vec_out, "keel_get was given vec_out = NULL\nhelp: pass room for %u "
          "floats", idx->dim);
     int rc;
@@ -1215,7 +1068,7 @@ keel_refresh(keel_index *idx)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_refresh");
+        return keel__null_handle("keel_refresh");
     if (idx->writer)
         return KEEL_OK;
     int rc = keel__reader_follow(idx, 1);
@@ -1261,7 +1114,7 @@ keel_stat(keel_index *idx, keel_stats *out)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_stat");
+        return keel__null_handle("keel_stat");
     NEED(out, "keel_stat was given out = NULL\nhelp: pass a keel_stats to fill");
     keel_stats s;
     int rc = read_begin(idx, 0);
@@ -1282,7 +1135,7 @@ keel_check(keel_index *idx)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_check");
+        return keel__null_handle("keel_check");
     int rc = read_begin(idx, 1);
     if (rc)
         return rc;

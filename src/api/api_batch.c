@@ -22,13 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int
-null_handle(const char *fn)
-{
-    return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass the "
-                      "handle keel_open or keel_open_reader returned", fn);
-}
-
 /* A reader first moves to the file a compaction put at its path. */
 static int
 read_lock(keel_index *idx)
@@ -68,7 +61,7 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_get_batch");
+        return keel__null_handle("keel_get_batch");
     if (n == 0)
         return KEEL_OK;
     if (!ids || !out)
@@ -159,7 +152,7 @@ keel_delete_batch(keel_index *idx, const uint64_t *ids, size_t n)
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_delete_batch");
+        return keel__null_handle("keel_delete_batch");
     if (!idx->writer)
         return keel__fail(KEEL_EREADONLY,
                           "cannot delete: the index at %s was opened as a "
@@ -241,7 +234,7 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
 {
     keel__clear_error();
     if (!idx)
-        return null_handle("keel_ids");
+        return keel__null_handle("keel_ids");
     if (!n_out)
         return keel__fail(KEEL_EINVAL, "keel_ids was given n_out = NULL\n"
                           "help: pass a size_t to receive how many ids were "

@@ -40,7 +40,7 @@
 ** only by the rename, so after a crash it holds its old content or the
 ** whole copy.
 */
-#include "api/api.h"
+#include "api/follow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -373,11 +373,4 @@ keel_backup(keel_index *idx, const char *path)
     keel__free(b.h);
     keel__free(b.buf);
     return rc;
-}
-
-void
-keel__backup_wait(keel_index *idx)
-{
-    while (idx->backups)
-        pthread_cond_wait(&idx->backup_done, &idx->write_lock);
 }

@@ -38,7 +38,9 @@
 ** files. Every call that reads a reader follows first: searches, get,
 ** count, stat, check, refresh.
 */
-#include "api/api.h"
+#include "api/compact.h"
+#include "api/follow.h"
+#include "api/warm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

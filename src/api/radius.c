@@ -26,12 +26,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define NEED(cond, ...)                                                     \
-    do {                                                                    \
-        if (!(cond))                                                        \
-            return keel__fail(KEEL_EINVAL, __VA_ARGS__);                    \
-    } while (0)
-
 /* --- scratch: hnsw/walk.h's visited set and heaps ------------------------- */
 
 /* Adds x to the max-heap h of at most cap entries (keeps the cap least). */
@@ -194,9 +188,7 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
     keel__clear_error();
     const char *fn = "keel_search_radius";
     if (!idx)
-        return keel__fail(KEEL_EINVAL, "%s was given a NULL index\nhelp: pass "
-                          "the handle keel_open or keel_open_reader returned",
-                          fn);
+        return keel__null_handle(fn);
     NEED(query, "%s was given no query\nhelp: pass %u floats", fn, idx->dim);
     NEED(!isnan(radius), "radius is NaN, but has to be a number\nhelp: pass "
          "the largest distance to return, such as 0.5");

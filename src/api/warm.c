@@ -41,7 +41,7 @@
 **       keel__warm_stop is about to close or swap the store with no search
 **       running.
 */
-#include "api/api.h"
+#include "api/warm.h"
 #include "store/pagein.h"
 
 #include <pthread.h>

@@ -1,0 +1,19 @@
+/* follow.h -- a reader moving to what replaced its own file or version
+** (follow.c).
+*/
+#ifndef KEEL_FOLLOW_H
+#define KEEL_FOLLOW_H
+
+#include "api/handle.h"
+
+/* A reader moves to the file that replaced its own (compaction). A reader
+** whose path names another index, or an older state of its own, keeps its
+** last snapshot: follow returns KEEL_OK, or with report set, an error that
+** names both files. */
+int keel__reader_follow(keel_index *idx, int report);
+/* A reader of a published index: looks for a newer version (force: now,
+** else when the poll interval has passed) and moves to it under swap_lock
+** held exclusively. */
+int keel__remote_follow(keel_index *idx, int force);
+
+#endif /* KEEL_FOLLOW_H */
