@@ -127,8 +127,9 @@ class Sdist(sdist):
 
 ext = Extension(
     "keel._keel",
-    sources=["keel/_keel.c", "keel/_errors.c", "keel/_filter.c"],
-    depends=["keel/_errors.h", "keel/_filter.h"],
+    sources=["keel/_keel.c", "keel/_args.c", "keel/_errors.c",
+             "keel/_filter.c"],
+    depends=["keel/_args.h", "keel/_errors.h", "keel/_filter.h"],
     libraries=["xxhash", "curl", "m"],
     extra_compile_args=FLAGS + ["-Wno-cast-function-type"],
     # keel's internal symbols stay inside the module.

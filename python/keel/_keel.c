@@ -3,8 +3,8 @@
 **
 ** The Python layer (keel/_index.py) subclasses Index as VectorIndex and
 ** IndexReader and adds what is easier in Python: option names, the context
-** manager, repr. Everything on the per-call path is here, so a search is one
-** C call from Python with no Python frame in between.
+** manager, repr. Everything on the per-call path is in this extension, so a
+** search is one C call from Python with no Python frame in between.
 **
 ** Inputs: a C-contiguous, aligned, native float32 numpy array of the right
 ** shape is used in place (zero-copy), and so is a uint64 array of ids. Any
@@ -36,6 +36,11 @@
 **
 ** Fork: a handle opened before fork() may only be closed in the child
 ** (keel.h); every other call there raises InvalidArgumentError.
+**
+** Files: _keel.c holds the Index type and the module. Below it, each a job
+** of its own: _args.c, the reading of arguments; _filter.c,
+** keel._keel.Filter and allowed=; _errors.c, keel's errors as Python
+** exceptions, which all of them raise.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,19 +55,13 @@
 #include <string.h>
 
 #include "keel.h"
+#include "_args.h"
 #include "_errors.h"
 #include "_filter.h"
 
 #define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
 
-/* --- module state (set once by keel/__init__.py through _setup) ---------- */
-
-static PyObject *h_vectors;         /* _coerce.vectors(obj, fn, dim, batch) */
-static PyObject *h_ids;             /* _coerce.ids(obj, fn, n) */
-static PyObject *h_id;              /* _coerce.one_id(obj, fn) */
-static PyObject *h_count;           /* _coerce.count(obj, name, fn) */
-static PyObject *h_key;             /* _coerce.key(obj): `obj in index` */
-static PyObject *h_keyword;         /* _coerce.bad_keyword(fn, name, names) */
+/* --- fork ---------------------------------------------------------------- */
 
 static unsigned long fork_generation; /* +1 in every child after fork() */
 
@@ -283,218 +282,16 @@ enter_vectors(IndexObject *self, PyArrayObject *a, int batch, const char *fn)
     return 0;
 }
 
-/* --- arguments ----------------------------------------------------------- */
-
-/* "a, b, c" for names[0..n-1], into buf. */
-static const char *
-name_list(char *buf, size_t size, const char *const *names, int n)
-{
-    size_t used = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%s",
-                                 i ? ", " : "", names[i]);
-    return buf;
-}
-
-/* Parses vectorcall arguments against names[0..n-1]; the first nreq are
-** required. out[i] receives a borrowed reference or NULL. */
-static int
-parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-           PyObject *kwnames, const char *const *names, int n, int nreq,
-           PyObject **out)
-{
-    char list[128];
-    nargs = PyVectorcall_NARGS(nargs);
-    for (int i = 0; i < n; i++)
-        out[i] = NULL;
-    if (nargs > n) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments "
-                     "(%zd given)\nhelp: %s() takes %s", fn, n, nargs, fn,
-                     name_list(list, sizeof list, names, n));
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        out[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t j = 0; j < nkw; j++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, j);
-        int found = -1;
-        for (int i = 0; i < n && found < 0; i++)
-            if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
-                found = i;
-        if (found < 0) {
-            PyObject *all = PyTuple_New(n);
-            if (!all)
-                return -1;
-            for (int i = 0; i < n; i++) {
-                PyObject *name = PyUnicode_FromString(names[i]);
-                if (!name) {
-                    Py_DECREF(all);
-                    return -1;
-                }
-                PyTuple_SET_ITEM(all, i, name);
-            }
-            PyObject *r = PyObject_CallFunction(h_keyword, "sOO", fn, key,
-                                                all);
-            Py_DECREF(all);
-            Py_XDECREF(r);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "%s() got an unexpected "
-                             "keyword argument '%U'", fn, key);
-            return -1;
-        }
-        if (out[found]) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
-                         "argument '%s'\nhelp: pass %s either by position or "
-                         "by name, not both (%s() takes %s)", fn,
-                         names[found], names[found], fn,
-                         name_list(list, sizeof list, names, n));
-            return -1;
-        }
-        out[found] = args[nargs + j];
-    }
-    for (int i = 0; i < nreq; i++)
-        if (!out[i]) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument "
-                         "'%s'\nhelp: %s() takes %s", fn, names[i], fn,
-                         name_list(list, sizeof list, names, n));
-            return -1;
-        }
-    return 0;
-}
-
-/* An integer argument in lo..hi (k, ef). Plain ints take the fast path;
-** anything else goes to _coerce.count, which rejects floats and strings.
-** A value out of range is named as given, not clamped. */
-static int
-get_count(PyObject *obj, const char *name, const char *fn, long long lo,
-          long long hi, const char *limit, const char *help,
-          long long *out)
-{
-    PyObject *o = obj;
-    if (!PyLong_CheckExact(o)) {
-        o = PyObject_CallFunction(h_count, "Oss", obj, name, fn);
-        if (!o)
-            return -1;
-    } else {
-        Py_INCREF(o);
-    }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) {
-        Py_DECREF(o);
-        return -1;
-    }
-    if (overflow || v < lo || v > hi) {
-        int low = overflow < 0 || (!overflow && v < lo);
-        PyObject *msg = PyUnicode_FromFormat(
-            "%s is %S, but has to be %s %s\nhelp: %s", name, o,
-            low ? "at least" : "at most", low ? (lo ? "1" : "0") : limit,
-            help);
-        Py_DECREF(o);
-        if (msg) {
-            PyErr_SetObject(keel_py_invalid_class(), msg);
-            Py_DECREF(msg);
-        }
-        return -1;
-    }
-    Py_DECREF(o);
-    *out = v;
-    return 0;
-}
-
-/* An id: an int in 0 .. 2**64-1 (keel itself refuses 2**64-1). */
-static int
-get_id(PyObject *obj, const char *fn, uint64_t *out)
-{
-    PyObject *o = obj;
-    if (!PyLong_CheckExact(o)) {
-        o = PyObject_CallFunction(h_id, "Os", obj, fn);
-        if (!o)
-            return -1;
-    } else {
-        Py_INCREF(o);
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(o);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyObject *msg = PyUnicode_FromFormat(
-            "id %R is out of range\nhelp: ids are integers from 0 to "
-            "18446744073709551614 (2**64 - 2)", o);
-        Py_DECREF(o);
-        if (msg) {
-            PyErr_SetObject(keel_py_invalid_class(), msg);
-            Py_DECREF(msg);
-        }
-        return -1;
-    }
-    Py_DECREF(o);
-    *out = v;
-    return 0;
-}
-
-/* Float32 input: a new reference to a C-contiguous aligned native float32
-** array of shape (dim,) or (n, dim), the caller's own when it already is. */
+/* The vectors argument of a call on self (keel_py_get_vectors): shape
+** (dim,), or (n, dim) when batch. */
 static PyArrayObject *
-get_vectors(IndexObject *self, PyObject *obj, int batch, const char *fn)
+index_vectors(IndexObject *self, PyObject *obj, int batch, const char *fn)
 {
     if (self->dim == 0) { /* never opened: say so, not "0 dimensions" */
         closed_error(self);
         return NULL;
     }
-    if (PyArray_Check(obj)) {
-        PyArrayObject *a = (PyArrayObject *)obj;
-        if (PyArray_TYPE(a) == NPY_FLOAT32 && PyArray_ISCARRAY_RO(a) &&
-            PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1 + batch &&
-            PyArray_DIM(a, batch) == (npy_intp)self->dim) {
-            Py_INCREF(a);
-            return a;
-        }
-    }
-    PyObject *r = PyObject_CallFunction(h_vectors, "OsIi", obj, fn,
-                                        (unsigned)self->dim, batch);
-    if (!r)
-        return NULL;
-    PyArrayObject *a = (PyArrayObject *)r;
-    if (!PyArray_Check(r) || PyArray_TYPE(a) != NPY_FLOAT32 ||
-        !PyArray_ISCARRAY_RO(a) || PyArray_NDIM(a) != 1 + batch ||
-        PyArray_DIM(a, batch) != (npy_intp)self->dim) {
-        Py_DECREF(r);
-        PyErr_SetString(PyExc_SystemError, "keel._coerce.vectors returned "
-                        "an array of the wrong kind");
-        return NULL;
-    }
-    return a;
-}
-
-/* Id input: a new reference to a 1-D C-contiguous native uint64 array, of n
-** entries unless n is -1. */
-static PyArrayObject *
-get_ids(PyObject *obj, const char *fn, npy_intp n)
-{
-    if (PyArray_Check(obj)) {
-        PyArrayObject *a = (PyArrayObject *)obj;
-        if (PyArray_TYPE(a) == NPY_UINT64 && PyArray_ISCARRAY_RO(a) &&
-            PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1 &&
-            (n < 0 || PyArray_DIM(a, 0) == n)) {
-            Py_INCREF(a);
-            return a;
-        }
-    }
-    PyObject *r = PyObject_CallFunction(h_ids, "Osn", obj, fn, (Py_ssize_t)n);
-    if (!r)
-        return NULL;
-    PyArrayObject *a = (PyArrayObject *)r;
-    if (!PyArray_Check(r) || PyArray_TYPE(a) != NPY_UINT64 ||
-        !PyArray_ISCARRAY_RO(a) || PyArray_NDIM(a) != 1 ||
-        (n >= 0 && PyArray_DIM(a, 0) != n)) {
-        Py_DECREF(r);
-        PyErr_SetString(PyExc_SystemError, "keel._coerce.ids returned an "
-                        "array of the wrong kind");
-        return NULL;
-    }
-    return a;
+    return keel_py_get_vectors(obj, self->dim, batch, fn);
 }
 
 /* --- open and close ------------------------------------------------------ */
@@ -635,13 +432,13 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"vector", "id"};
     PyObject *a[2];
-    if (parse_args("add", args, nargs, kwnames, names, 2, 1, a))
+    if (keel_py_parse_args("add", args, nargs, kwnames, names, 2, 1, a))
         return NULL;
     uint64_t id = 0;
     int with_id = a[1] && a[1] != Py_None;
-    if (with_id && get_id(a[1], "add", &id))
+    if (with_id && keel_py_get_id(a[1], "add", &id))
         return NULL;
-    PyArrayObject *v = get_vectors(self, a[0], 0, "add");
+    PyArrayObject *v = index_vectors(self, a[0], 0, "add");
     if (!v)
         return NULL;
     if (enter_vectors(self, v, 0, "add()")) {
@@ -667,16 +464,18 @@ index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"vectors", "ids"};
     PyObject *a[2];
-    if (parse_args("add_batch", args, nargs, kwnames, names, 2, 1, a))
+    if (keel_py_parse_args("add_batch", args, nargs, kwnames, names, 2, 1,
+                           a))
         return NULL;
     /* Inputs are converted before the handle is taken: conversion runs
      * Python code, which must not wait for this handle's lock. */
-    PyArrayObject *v = get_vectors(self, a[0], 1, "add_batch");
+    PyArrayObject *v = index_vectors(self, a[0], 1, "add_batch");
     PyArrayObject *ids = NULL, *out = NULL;
     if (!v)
         goto fail;
     npy_intp n = PyArray_DIM(v, 0);
-    if (a[1] && a[1] != Py_None && !(ids = get_ids(a[1], "add_batch", n)))
+    if (a[1] && a[1] != Py_None &&
+        !(ids = keel_py_get_ids(a[1], "add_batch", n)))
         goto fail;
     out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_UINT64);
     if (!out || enter_vectors(self, v, 1, "add_batch()"))
@@ -706,24 +505,13 @@ fail:
     return NULL;
 }
 
-/* --- many ids at once, listing ids, backup --------------------------------- */
-
-/* Whether get and delete were given one id (an int, a numpy integer or a
-** 0-d array) rather than many (a sequence, a range, a 1-D array). */
-static int
-one_id(PyObject *obj)
-{
-    if (PyArray_Check(obj))
-        return PyArray_NDIM((PyArrayObject *)obj) == 0;
-    return PyIndex_Check(obj) || PyUnicode_Check(obj) || PyBytes_Check(obj) ||
-           PyFloat_Check(obj);
-}
+/* --- many ids at once, listing ids, backup ------------------------------- */
 
 /* get(ids): the (n, d) float32 array of their vectors, all or nothing. */
 static PyObject *
 index_get_many(IndexObject *self, PyObject *arg)
 {
-    PyArrayObject *ids = get_ids(arg, "get", -1);
+    PyArrayObject *ids = keel_py_get_ids(arg, "get", -1);
     if (!ids)
         return NULL;
     if (enter(self, "get()")) {
@@ -757,7 +545,7 @@ index_get_many(IndexObject *self, PyObject *arg)
 static PyObject *
 index_delete_many(IndexObject *self, PyObject *arg)
 {
-    PyArrayObject *ids = get_ids(arg, "delete", -1);
+    PyArrayObject *ids = keel_py_get_ids(arg, "delete", -1);
     if (!ids)
         return NULL;
     if (enter(self, "delete()")) {
@@ -880,9 +668,9 @@ static PyObject *
 index_delete(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (!one_id(arg))
+    if (!keel_py_one_id(arg))
         return index_delete_many(self, arg);
-    if (get_id(arg, "delete", &id) || enter(self, "delete()"))
+    if (keel_py_get_id(arg, "delete", &id) || enter(self, "delete()"))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -975,18 +763,19 @@ parse_search(int batch, PyObject *const *args, Py_ssize_t nargs,
     const char *fn = batch ? "search_batch" : "search";
     PyObject *a[4];
     memset(s, 0, sizeof *s);
-    if (parse_args(fn, args, nargs, kwnames, batch ? bnames : names, 4, 1, a))
+    if (keel_py_parse_args(fn, args, nargs, kwnames, batch ? bnames : names,
+                           4, 1, a))
         return -1;
     *query = a[0];
     long long k = 10, ef = 0;
-    if (a[1] && get_count(a[1], "k", fn, 1, MAX_K, "1,000,000",
-                          "pass how many results to return, such as 10",
-                          &k))
+    if (a[1] && keel_py_get_count(a[1], "k", fn, 1, MAX_K, "1,000,000",
+                                  "pass how many results to return, such "
+                                  "as 10", &k))
         return -1;
     if (a[2] && a[2] != Py_None &&
-        get_count(a[2], "ef", fn, 1, 100000, "100,000",
-                  "pass a search width such as 64 (at least k), or None "
-                  "for the index's ef_search", &ef))
+        keel_py_get_count(a[2], "ef", fn, 1, 100000, "100,000",
+                          "pass a search width such as 64 (at least k), or "
+                          "None for the index's ef_search", &ef))
         return -1;
     s->k = (size_t)k;
     s->p.ef = (uint32_t)ef;
@@ -1038,7 +827,7 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     keel_result stack[32], *out = stack;
     if (parse_search(0, args, nargs, kwnames, &query, &s))
         return NULL;
-    PyArrayObject *q = get_vectors(self, query, 0, "search");
+    PyArrayObject *q = index_vectors(self, query, 0, "search");
     if (!q)
         goto done;
     if (s.k > sizeof stack / sizeof *stack &&
@@ -1084,7 +873,7 @@ index_search_batch(IndexObject *self, PyObject *const *args,
     size_t *got = NULL;
     if (parse_search(1, args, nargs, kwnames, &queries, &s))
         return NULL;
-    PyArrayObject *q = get_vectors(self, queries, 1, "search_batch");
+    PyArrayObject *q = index_vectors(self, queries, 1, "search_batch");
     if (!q)
         goto done;
     npy_intp nq = PyArray_DIM(q, 0);
@@ -1146,7 +935,7 @@ index_search_radius(IndexObject *self, PyObject *const *args,
     keel_result *out = NULL;
     PyArrayObject *q = NULL;
     long long cap = 1000, ef = 0;
-    if (parse_args(fn, args, nargs, kwnames, names, 5, 2, a))
+    if (keel_py_parse_args(fn, args, nargs, kwnames, names, 5, 2, a))
         return NULL;
     if (PyBool_Check(a[1]) || !(PyFloat_Check(a[1]) || PyLong_Check(a[1]) ||
                                 PyNumber_Check(a[1])) ||
@@ -1167,19 +956,19 @@ index_search_radius(IndexObject *self, PyObject *const *args,
         return PyErr_Format(keel_py_invalid_class(), "radius is %R, "
                             "beyond what a float32 distance reaches\nhelp: "
                             "pass a finite distance such as 0.5", a[1]);
-    if (a[2] && get_count(a[2], "max_results", fn, 1, MAX_K, "1,000,000",
-                          "pass how many results to return at most, such as "
-                          "1000", &cap))
+    if (a[2] && keel_py_get_count(a[2], "max_results", fn, 1, MAX_K,
+                                  "1,000,000", "pass how many results to "
+                                  "return at most, such as 1000", &cap))
         return NULL;
     if (a[3] && a[3] != Py_None &&
-        get_count(a[3], "ef", fn, 1, 100000, "100,000",
-                  "pass a search width such as 64, or None for the index's "
-                  "ef_search", &ef))
+        keel_py_get_count(a[3], "ef", fn, 1, 100000, "100,000",
+                          "pass a search width such as 64, or None for the "
+                          "index's ef_search", &ef))
         return NULL;
     p.ef = (uint32_t)ef;
     if (a[4] && keel_py_allowed_parse(a[4], fn, 0, &allow, &p))
         goto done;
-    if (!(q = get_vectors(self, a[0], 0, fn)))
+    if (!(q = index_vectors(self, a[0], 0, fn)))
         goto done;
     if (!(out = PyMem_Malloc((size_t)cap * sizeof *out))) {
         PyErr_NoMemory();
@@ -1212,9 +1001,9 @@ static PyObject *
 index_get(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (!one_id(arg))
+    if (!keel_py_one_id(arg))
         return index_get_many(self, arg);
-    if (get_id(arg, "get", &id) || enter(self, "get()"))
+    if (keel_py_get_id(arg, "get", &id) || enter(self, "get()"))
         return NULL;
     npy_intp dim = (npy_intp)self->dim;
     PyArrayObject *v = (PyArrayObject *)PyArray_SimpleNew(1, &dim,
@@ -1246,40 +1035,9 @@ index_contains(IndexObject *self, PyObject *arg)
     uint64_t id;
     if (check_usable(self, "the in operator"))
         return -1;
-    if (PyFloat_Check(arg)) {
-        double d = PyFloat_AS_DOUBLE(arg);
-        if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
-            return 0;
-        id = (uint64_t)d;
-    } else {
-        PyObject *o = arg;
-        if (PyLong_CheckExact(arg)) {
-            Py_INCREF(o);
-        } else if (!(o = PyObject_CallOneArg(h_key, arg))) {
-            return -1;
-        } else if (o == Py_None) {
-            Py_DECREF(o);
-            return 0; /* no int equals it: not an id */
-        }
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (!overflow && v >= 0) {
-            id = (uint64_t)v;
-        } else if (overflow > 0) {
-            id = PyLong_AsUnsignedLongLong(o);
-            if (id == (uint64_t)-1 && PyErr_Occurred()) {
-                PyErr_Clear(); /* past 2**64 - 1: not an id */
-                Py_DECREF(o);
-                return 0;
-            }
-        } else {
-            Py_DECREF(o);
-            if (PyErr_Occurred())
-                return -1;
-            return 0; /* negative: not an id */
-        }
-        Py_DECREF(o);
-    }
+    int is_id = keel_py_key_id(arg, &id);
+    if (is_id <= 0)
+        return is_id;
     if (enter(self, "the in operator"))
         return -1;
     float *buf = PyMem_Malloc(self->dim * sizeof *buf);
@@ -1567,18 +1325,8 @@ module_setup(PyObject *mod, PyObject *args)
         return NULL;
     if (keel_py_errors_setup(classes, inf))
         return NULL;
-    static const struct {
-        PyObject **slot;
-        const char *name;
-    } hs[] = {{&h_vectors, "vectors"}, {&h_ids, "ids"}, {&h_id, "one_id"},
-              {&h_count, "count"}, {&h_keyword, "bad_keyword"},
-              {&h_key, "key"}};
-    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) {
-        PyObject *f = PyObject_GetAttrString(helpers, hs[i].name);
-        if (!f)
-            return NULL;
-        Py_XSETREF(*hs[i].slot, f);
-    }
+    if (keel_py_args_setup(helpers))
+        return NULL;
     if (keel_py_filter_setup(NULL, helpers))
         return NULL;
     Py_RETURN_NONE;
