@@ -29,6 +29,8 @@
 #define DIM 96
 #define PAGE ((uint64_t)1 << KEEL_MAN_PAGE_LOG2)
 
+static int same_commit(const char *pa, const char *pb, uint64_t *compared);
+
 /* Rebuilds version seq of url into path from the manifest and packs. */
 static int
 download(const char *url, uint64_t seq, const char *path)
@@ -234,6 +236,10 @@ TEST(a_publish_with_unflushed_adds_sends_the_committed_lists)
         float *v = td_random(n1 + n2, DIM, 31 + (uint64_t)round);
         CHECK_OK(keel_add_batch(w, v, n1, NULL, NULL));
         CHECK_OK(keel_flush(w));
+        /* deletes after the flush: marks above the commit's epoch in the
+         * file, not in the commit (a backup holds them as 0) */
+        for (uint64_t id = 0; id < n1; id += 5)
+            CHECK_OK(keel_delete(w, id));
         CHECK_OK(keel_add_batch(w, v + n1 * DIM, n2, NULL, NULL));
         char url[256], prefix[32];
         snprintf(prefix, sizeof prefix, "pending%d", round);
@@ -248,6 +254,12 @@ TEST(a_publish_with_unflushed_adds_sends_the_committed_lists)
         CHECK_OK(keel_check(img));
         CHECK_EQ(keel_count(img), n1);
         CHECK(same_results(bak, img, 40 + (uint64_t)round));
+        const char *bpath = test_path(name);
+        snprintf(name, sizeof name, "pending%d.img", round);
+        uint64_t compared = 0;
+        CHECK_MSG(same_commit(test_path(name), bpath, &compared),
+                  "round %d: the published image is not the backup's commit",
+                  round);
         keel_close(img);
         keel_close(bak);
         keel_close(w);
@@ -925,8 +937,9 @@ header_of(const char *path, keel_header *h)
 
 /* Whether the two files hold the same commit, byte for byte in every
 ** region it names as far as it is written (what keel_backup copies): the
-** slots' headers (deleted epochs past the commit's as 0), vectors, lists
-** and codes, the heap up to heap_used, and the id table (below). */
+** slots' headers (deleted epochs past the commit's are 0 in a backup and
+** must be in a published image too), vectors, lists and codes, the heap
+** up to heap_used, and the id table (below). */
 static int
 same_commit(const char *pa, const char *pb, uint64_t *compared)
 {
@@ -971,14 +984,6 @@ same_commit(const char *pa, const char *pb, uint64_t *compared)
         uint64_t n = ha.count > first ? KEEL_MIN(L.slots, ha.count - first)
                                       : 0;
         uint64_t off = ha.seg_off[k];
-        for (uint64_t i = 0; i < n; i++) { /* marks past the commit: 0 */
-            uint8_t *ma = a + off + i * KEEL_SLOT_HDR_BYTES + 8;
-            uint8_t *mb = b + off + i * KEEL_SLOT_HDR_BYTES + 8;
-            if (keel__get64(ma) > ha.epoch)
-                keel__put64(ma, 0);
-            if (keel__get64(mb) > ha.epoch)
-                keel__put64(mb, 0);
-        }
         SAME_AT(off, n * KEEL_SLOT_HDR_BYTES);
         SAME_AT(off + L.vec_off, n * g.vec_bytes);
         SAME_AT(off + L.rec_off, n * g.rec_bytes);
@@ -1043,6 +1048,9 @@ writer_main(const char *path, const char *dir)
         snprintf(fin, sizeof fin, "%s/bk-%" PRIu64 ".keel", dir, h.sequence);
         if (rename(tmp, fin))
             _exit(4);
+        /* a delete the next flush commits: until then a mark above the
+         * commit's epoch in the file, which a publish must not send */
+        (void)keel_delete(w, (round * 7 + 1500) % 3000);
         char *old = ring[round % 64];
         if (old[0])
             unlink(old);
@@ -1141,6 +1149,86 @@ TEST(a_reader_publishes_the_last_flush_while_another_process_writes)
     keel_close(b);
     keel_close(u);
     keel_close(r);
+}
+
+/* The newest valid header copy of the index file at path. */
+static int
+newest_header_of(const char *path, keel_header *h)
+{
+    size_t n;
+    uint8_t *d = td_read_file(path, &n);
+    keel_header a, b;
+    int ra = d && n >= KEEL_DATA_OFF
+                 ? keel__header_decode(d + KEEL_HDR_A_OFF, n, &a, NULL, 0)
+                 : KEEL_EIO;
+    int rb = d && n >= KEEL_DATA_OFF
+                 ? keel__header_decode(d + KEEL_HDR_B_OFF, n, &b, NULL, 0)
+                 : KEEL_EIO;
+    free(d);
+    if (ra && rb)
+        return KEEL_EIO;
+    *h = ra ? b : rb ? a : a.sequence > b.sequence ? a : b;
+    return KEEL_OK;
+}
+
+/* A delete flush writes the deleted epochs (E + 1) into the slots before
+** the header that commits them; a writer killed in between leaves them in
+** the file above the commit's epoch, and readers of the commit hold those
+** slots as present. A reader's publish of that commit sends the commit's
+** bytes, as its keel_backup holds them: the marks as 0 (an image with
+** them would say, to anything that reads it with a later epoch, that
+** vectors the commit holds are deleted). */
+TEST(a_published_commit_holds_no_marks_of_an_unfinished_delete_flush)
+{
+    NEED_SERVER();
+    char path[600], url[256], img[600], bk[600];
+    snprintf(path, sizeof path, "%s", test_path("marks.keel"));
+    snprintf(img, sizeof img, "%s", test_path("marks.img"));
+    snprintf(bk, sizeof bk, "%s", test_path("marks.bak"));
+    url_of(url, sizeof url, "marks");
+    keel_index *w;
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    float *x = td_random(600, DIM, 77);
+    CHECK_OK(keel_add_batch(w, x, 600, NULL, NULL));
+    free(x);
+    CHECK_OK(keel_delete(w, 3));
+    CHECK_OK(keel_flush(w));
+    keel_close(w);
+    /* the marks of a flush that deletes every 7th slot, its header not
+     * written: as the writer's crash left them */
+    keel_header h;
+    CHECK_OK(newest_header_of(path, &h));
+    keel_geometry g;
+    keel__geometry_init(&g, &h);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    int marked = 0;
+    for (uint64_t s = 10; s < KEEL_MIN(h.count, keel__seg_slots(&g, 0));
+         s += 7) {
+        uint8_t m[8];
+        keel__put64(m, h.epoch + 1);
+        CHECK(pwrite(fd, m, 8, (off_t)(h.seg_off[0] + s * 16 + 8)) == 8);
+        marked++;
+    }
+    close(fd);
+    CHECK(marked > 50);
+    keel_index *r, *b, *u;
+    CHECK_OK(keel_open_reader(path, NULL, &r));
+    CHECK_EQ(keel_count(r), 599); /* the commit holds the marked slots */
+    CHECK_OK(keel_publish(r, url, NULL));
+    CHECK_OK(keel_backup(r, bk));
+    keel_close(r);
+    CHECK_OK(download(url, 1, img));
+    uint64_t n = 0;
+    CHECK_MSG(same_commit(img, bk, &n), "the published image differs from "
+              "the backup of its commit (%d slots marked above its epoch)",
+              marked);
+    CHECK_OK(keel_open_reader(url, NULL, &u));
+    CHECK_OK(keel_open_reader(bk, NULL, &b));
+    CHECK_EQ(keel_count(u), keel_count(b));
+    CHECK(same_results(u, b, 78));
+    keel_close(b);
+    keel_close(u);
 }
 
 /* ~50 MB published one pack at a time and 4 at once (printed, no bound). */

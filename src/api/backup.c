@@ -92,9 +92,7 @@ copy_range(backup *b, uint64_t off, uint64_t len, int marks)
         if (r != (ssize_t)n)
             return io_fail(b, r < 0 ? (int)r : -EIO, "reading", b->st->path);
         if (marks)
-            for (size_t j = 8; j < n; j += KEEL_SLOT_HDR_BYTES)
-                if (keel__get64(b->buf + j) > b->h->epoch)
-                    keel__put64(b->buf + j, 0);
+            keel__commit_marks(&b->g, b->h, off, b->buf, n);
         ssize_t w = keel__os->pwrite(b->fd, b->buf, n, off);
         if (w != (ssize_t)n)
             return io_fail(b, w < 0 ? (int)w : -EIO, "writing", b->tmp);

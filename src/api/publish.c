@@ -46,7 +46,9 @@
 **     and id table. Regions the file holds and the commit no longer names
 **     (id tables a grown one replaced) are zero in the image, so they are
 **     never sent, and a reader's cache is complete once warm has read what
-**     the commit names.
+**     the commit names. Deleted epochs above the commit's (deletes since
+**     the last flush) are zero in the image, as in a backup of the commit
+**     (keel__commit_marks): the image holds the commit's bytes.
 **
 ** (10) A version is the same index as the one before it (identity,
 **     dimensions, M, metric, precision, codes: keel__header_same_index), or
@@ -275,6 +277,7 @@ image_page(keel_store *st, keel_header *h, const region *r, size_t nr,
                               "and its disk", n, off, st->path,
                               got < 0 ? strerror((int)-got) : "short read");
         keep_regions(r, nr, off, n, buf);
+        keel__commit_marks(&st->g, h, off, buf, n);
         patch_page(ps, off, n, buf);
     }
     return KEEL_OK;

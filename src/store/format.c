@@ -143,6 +143,29 @@ keel__slots_in_segments(const keel_geometry *g, uint32_t n)
 }
 
 void
+keel__commit_marks(const keel_geometry *g, const keel_header *h, uint64_t off,
+                   uint8_t *buf, size_t n)
+{
+    uint64_t end = off + n;
+    for (uint32_t k = 0; k < h->segments; k++) {
+        uint64_t first = keel__seg_first_slot(g, k);
+        if (h->count <= first)
+            break;
+        uint64_t slots = KEEL_MIN(keel__seg_slots(g, k), h->count - first);
+        uint64_t a = h->seg_off[k], b = a + slots * KEEL_SLOT_HDR_BYTES;
+        /* the first slot header at or after off, and its mark */
+        uint64_t lo = a >= off ? a
+                               : a + (off - a + KEEL_SLOT_HDR_BYTES - 1) /
+                                         KEEL_SLOT_HDR_BYTES *
+                                         KEEL_SLOT_HDR_BYTES;
+        uint64_t hi = KEEL_MIN(b, end);
+        for (uint64_t at = lo + 8; at + 8 <= hi; at += KEEL_SLOT_HDR_BYTES)
+            if (keel__get64(buf + (at - off)) > h->epoch)
+                keel__put64(buf + (at - off), 0);
+    }
+}
+
+void
 keel__seg_layout(const keel_geometry *g, uint32_t k, keel_seg_layout *out)
 {
     uint64_t n = keel__seg_slots(g, k);

@@ -132,6 +132,13 @@ uint64_t keel__heap_chunk_bytes(const keel_geometry *g, uint32_t c);
 uint64_t keel__seg_first_slot(const keel_geometry *g, uint32_t k);
 /* Slots held by segments 0..n-1. */
 uint64_t keel__slots_in_segments(const keel_geometry *g, uint32_t n);
+/* The copy of commit h in buf, n bytes of the file at off: zeroes the
+** deleted epochs above h->epoch in the slot headers of h's slots that the
+** range holds (deletes made after the commit, not flushed: the commit
+** holds those slots as present). keel_backup and keel_publish copy a
+** commit through it, so both hold the commit's bytes and not the file's. */
+void keel__commit_marks(const keel_geometry *g, const keel_header *h,
+                        uint64_t off, uint8_t *buf, size_t n);
 
 /* Slot -> (segment, index); the hot-path version lives in store.h. */
 static inline uint32_t
