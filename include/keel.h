@@ -375,7 +375,9 @@ int keel_set_progress(keel_index *idx, keel_progress_fn fn, void *arg);
 ** same way, between pages and while its requests wait; a nonzero return
 ** publishes nothing (packs already sent are left
 ** for keel_prune, as an interrupted publish's are). The version walk of a
-** URL reader's refresh asks it too. Once fn has returned nonzero
+** URL reader's refresh asks it too, between its requests and while each
+** waits (a refresh the store does not answer ends within about a second
+** of fn saying stop). Once fn has returned nonzero
 ** the call fails with KEEL_ECANCELED, whatever else happened. fn must not
 ** call keel on the handle. NULL turns it off. Belongs to the handle. Both
 ** setters wait for a write or a search in progress on the handle. */

@@ -750,6 +750,70 @@ TEST(a_cancel_ends_a_publish_whose_requests_are_not_answered)
     CHECK_EQ(o.rc, KEEL_ECANCELED);
 }
 
+static int
+cancel_after_a_fifth_of_a_second(void *arg)
+{
+    return test_now() - *(double *)arg > 0.2;
+}
+
+/* A refresh whose look for the newest version meets a request the store
+** never answers (rule), under a stall timeout of 20 s: a cancel that says
+** stop after 0.2 s ends it with KEEL_ECANCELED within about a second (the
+** requests of the version walk poll it), and the next refresh, the fault
+** cleared, works. publish: a new version first, so that the refresh reads
+** the hinted manifest and probes the one after it (on a thread of its
+** own). */
+static void
+refresh_cancelled_under(const char *rule, int publish)
+{
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "20", 1);
+    keel_index *r = NULL;
+    CHECK_OK(keel_open_reader(API_URL, NULL, &r));
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "2", 1);
+    if (publish) {
+        outcome o;
+        CHECK_OK(api_publish(NULL, &o));
+    }
+    CHECK(hostile_rule(&H, rule) == 0);
+    static double t0;
+    t0 = test_now();
+    CHECK_OK(keel_set_cancel(r, cancel_after_a_fifth_of_a_second, &t0));
+    alarm(30); /* a refresh that hangs fails the test, never the machine */
+    int rc = keel_refresh(r);
+    double t = test_now() - t0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", keel_errmsg());
+    hostile_reset(&H, 0);
+    printf("     refresh under %s: rc %d in %.2f s: %.*s\n", rule, rc, t,
+           (int)strcspn(msg, "\n"), msg);
+    CHECK_MSG(rc == KEEL_ECANCELED, "rc %d: %s", rc, msg);
+    CHECK_MSG(t < 1.6, "%.2f s", t);
+    CHECK_MSG(readable(msg), "%s", msg);
+    CHECK_OK(keel_set_cancel(r, NULL, NULL));
+    CHECK_OK(keel_refresh(r));
+    alarm(0);
+    float q[API_DIM] = {0.5f};
+    keel_result res[5];
+    size_t n = 0;
+    CHECK_OK(keel_search(r, q, 5, NULL, res, &n));
+    CHECK_EQ(n, 5);
+    keel_close(r);
+}
+
+TEST(a_cancel_ends_a_refresh_whose_version_walk_is_not_answered)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    /* the hint's GET (the owner's first request) */
+    refresh_cancelled_under("mode=lost&match=*latest*", 0);
+    /* the walk's HEAD of the next version (no newer one: the owner's) */
+    refresh_cancelled_under("mode=lost&method=HEAD&match=*manifest*", 0);
+    /* a newer version: the hinted manifest's GET on the owner */
+    refresh_cancelled_under("mode=lost&method=GET&match=*manifest*", 1);
+    /* a newer version: the probe of the one after it, on its own thread */
+    refresh_cancelled_under("mode=lost&method=HEAD&match=*manifest*", 1);
+}
+
 TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)
 {
     NEED_HOSTILE();

@@ -342,7 +342,8 @@ int keel__cache_fetch(keel_cache *c, const keel_manifest *m, keel_s3 *s3,
 void keel__cache_write_later(keel_cache *c, const keel_cache_wq *w, size_t n);
 /* The newest version at the URL no older than `after` (0: any), decoded
 ** into *m; seq 0 if none is newer. Requests go through s3; bounded
-** (remote.c invariant 4); stop (NULL: none) cancels between requests. */
+** (remote.c invariant 4); stop (NULL: none) cancels between requests and
+** during each one (remote.c invariant 5). */
 int keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
                         keel_stop *stop, keel_manifest *m);
 /* Versions without a cache (the publisher, prune, the reader): the most

@@ -20,6 +20,11 @@
 **       usable hint it asks the listing at once. Versions are never
 **       probed from 1: after a prune the low numbers are gone, and a walk
 **       from 1 would find no version where the newest exists.
+**   (5) Every request of a search for the newest version (the hint, the
+**       manifests, the HEADs of the walk, the probe on its own thread, the
+**       listing) polls the caller's stop: a refresh a store does not
+**       answer ends KEEL_ECANCELED within about a second of the cancel
+**       callback saying stop (s3.h, Deadlines), not at the stall timeout.
 */
 #include "cache/cache.h"
 #include "os/os.h"
@@ -194,12 +199,17 @@ manifest_get(keel_cache *c, keel_s3 *s3, uint64_t seq, keel_manifest *m)
 }
 
 /* The probe of manifest/<seq> on a thread of its own, beside the GET of
-** the hinted manifest (keel__remote_newest). */
+** the hinted manifest (keel__remote_newest). Its request polls the call's
+** stop (it reads what the owner's polls set). */
 typedef struct probe {
     keel_cache *c;
     uint64_t seq;
+    keel_stop *stop;
     int rc, exists;
     char msg[1024];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* CLOCK_MONOTONIC; with mu: done is set */
+    int done;                  /* under mu */
 } probe;
 
 static void *
@@ -208,12 +218,45 @@ probe_main(void *arg)
     probe *p = arg;
     keel_s3 *s3 = keel__remote_client(p->c);
     __atomic_add_fetch(&p->c->n.meta_gets, 1, __ATOMIC_RELAXED);
+    if (s3)
+        keel__s3_set_stop(s3, p->stop);
     p->rc = s3 ? man_head(s3, p->c->bucket, p->c->prefix, p->seq, &p->exists)
                : KEEL_ENOMEM;
     if (p->rc)
         snprintf(p->msg, sizeof p->msg, "%s", keel_errmsg());
+    if (s3)
+        keel__s3_set_stop(s3, NULL);
     keel__remote_release(p->c, s3);
+    pthread_mutex_lock(&p->mu);
+    p->done = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+/* Waits for the probe's thread to end, asking the caller's cancel
+** meanwhile: once it says stop, the probe's request sees it and ends. */
+static void
+probe_wait(probe *p, pthread_t tid)
+{
+    pthread_mutex_lock(&p->mu);
+    while (!p->done) {
+        uint32_t ms = keel__stop_slice_ms(p->stop);
+        keel__cond_wait_ms(&p->cv, &p->mu, KEEL_MIN(ms, 1000u));
+        pthread_mutex_unlock(&p->mu);
+        keel__stop_poll(p->stop);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(tid, NULL);
+}
+
+static int
+cancelled(keel_cache *c)
+{
+    return wrap(c, keel__fail(KEEL_ECANCELED, "cancelled while looking for "
+                              "the newest version\nhelp: the cancel callback "
+                              "(keel_set_cancel) asked to stop"));
 }
 
 /* The hint, 0 when there is none or it cannot be read; a missing bucket is
@@ -244,6 +287,9 @@ read_hint(keel_cache *c, keel_s3 *s3, uint64_t *hint)
     } else if (rc == KEEL_ENOTFOUND && strstr(keel_errmsg(), "no bucket")) {
         *hint = 0;
         return wrap(c, rc); /* the probes would say the same */
+    } else if (rc == KEEL_ECANCELED) {
+        *hint = 0;
+        return wrap(c, rc);
     } else if (rc != KEEL_S3_NOT_MODIFIED) {
         /* No hint, or one that cannot be read (too long, refused, a
          * failed request): the listing says (invariant 4). */
@@ -253,15 +299,37 @@ read_hint(keel_cache *c, keel_s3 *s3, uint64_t *hint)
     return KEEL_OK;
 }
 
+static int newest(keel_cache *c, keel_s3 *s3, uint64_t after,
+                  keel_stop *stop, keel_manifest *m);
+
+/* Every request of the search polls stop (keel__s3_set_stop), so a cancel
+** ends one the store does not answer, within a second (s3.h). */
 int
 keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
                     keel_stop *stop, keel_manifest *m)
+{
+    keel__s3_set_stop(s3, stop);
+    int rc = newest(c, s3, after, stop, m);
+    keel__s3_set_stop(s3, NULL);
+    if (rc == KEEL_OK && keel__stop_poll(stop)) {
+        keel__manifest_free(m);
+        memset(m, 0, sizeof *m);
+        rc = cancelled(c);
+    }
+    return rc;
+}
+
+static int
+newest(keel_cache *c, keel_s3 *s3, uint64_t after, keel_stop *stop,
+       keel_manifest *m)
 {
     memset(m, 0, sizeof *m);
     uint64_t seq = after, hint, reqs = 0;
     int rc = read_hint(c, s3, &hint);
     if (rc)
         return rc;
+    if (keel__stop_poll(stop))
+        return cancelled(c);
     int walk = 0, list = hint == 0;
     if (hint > seq) {
         /* The hinted manifest itself, and beside it (a thread of its own,
@@ -269,14 +337,30 @@ keel__remote_newest(keel_cache *c, keel_s3 *s3, uint64_t after,
          * that is right costs one round trip after it, not three. What
          * was read is verified, never trusted: the manifest decodes and
          * checks as any other, and a newer one wins (invariant 3). */
-        probe p = {.c = c, .seq = hint + 1};
+        probe p = {.c = c, .seq = hint + 1, .stop = stop};
+        pthread_mutex_init(&p.mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&p.cv, &ca);
+        pthread_condattr_destroy(&ca);
         pthread_t tid;
         int threaded = pthread_create(&tid, NULL, probe_main, &p) == 0;
         rc = manifest_get(c, s3, hint, m);
         if (threaded)
-            pthread_join(tid, NULL);
+            probe_wait(&p, tid);
         else
             probe_main(&p);
+        pthread_cond_destroy(&p.cv);
+        pthread_mutex_destroy(&p.mu);
+        if (rc == KEEL_OK &&
+            (p.rc == KEEL_ECANCELED || keel__stop_poll(stop))) {
+            keel__manifest_free(m);
+            memset(m, 0, sizeof *m);
+            return cancelled(c);
+        }
+        if (rc == KEEL_ECANCELED)
+            return rc;
         if (p.rc == KEEL_OK && p.exists) {
             /* The hint is behind: walk on from the next one. */
             if (rc == KEEL_OK)
