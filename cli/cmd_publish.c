@@ -210,12 +210,12 @@ print_versions_text(const char *url, const vlist *l)
     char b[32], t[48];
     int any_hint = 0;
     printf("%s: %zu version%s\n", url, l->n, l->n == 1 ? "" : "s");
-    printf("%10s  %14s  %-23s\n", "version", "manifest bytes",
+    printf("%10s  %14s  %s\n", "version", "manifest bytes",
            "modified (UTC)");
     for (size_t i = 0; i < l->n; i++) {
         const keel_version *v = &l->v[i];
         any_hint |= v->hinted;
-        printf("%10llu  %14s  %-23s%s%s%s\n", (unsigned long long)v->version,
+        printf("%10llu  %14s  %s%s%s%s\n", (unsigned long long)v->version,
                cli_commas(v->manifest_bytes, b, sizeof b),
                when(v->modified_ms, 0, t, sizeof t),
                v->newest || v->hinted ? "  " : "",

@@ -21,7 +21,8 @@ from ._errors import (BY_CODE, CancelledError, CorruptIndexError, DimensionMisma
                       OptionsMismatchError, OutOfMemoryError, ReadOnlyError,
                       VersionError)
 from ._allow import Filter
-from ._index import IndexReader, UnflushedWarning, VectorIndex
+from ._index import (IndexReader, PublishResult, UnflushedWarning,
+                     VectorIndex, versions)
 from ._options import IndexOptions
 
 # The binding's input helpers: _coerce's readers of vectors and ids, and
@@ -42,4 +43,4 @@ __all__ = ["VectorIndex", "IndexReader", "IndexOptions", "Filter", "Error",
            "IndexLockedError", "ReadOnlyError", "CorruptIndexError",
            "IndexFullError", "IndexIOError", "OutOfMemoryError",
            "VersionError", "CancelledError", "UnflushedWarning", "strerror",
-           "prune"]
+           "prune", "versions", "PublishResult"]

@@ -37,6 +37,51 @@ def _dimensions(value):
     return value
 
 
+class PublishResult(int):
+    """What publish() returns: the bytes sent, an int as before, with two
+    attributes: version, the version at the URL that holds the flush, and
+    unchanged, True when the newest version held it already (nothing was
+    sent and no version made: a publish with no flush since the last)."""
+
+    def __new__(cls, sent, version, unchanged):
+        self = super().__new__(cls, sent)
+        self._version = int(version)
+        self._unchanged = bool(unchanged)
+        return self
+
+    @property
+    def version(self):
+        """The version at the URL that holds the flush."""
+        return self._version
+
+    @property
+    def unchanged(self):
+        """True when that version was there already: nothing was sent."""
+        return self._unchanged
+
+    def __repr__(self):
+        return "PublishResult(sent=%d, version=%d, unchanged=%r)" % (
+            int(self), self._version, self._unchanged)
+
+
+def versions(url):
+    """The versions published at url, "s3://BUCKET/PREFIX", oldest first:
+    a list of dicts with version (int), manifest_bytes (int), last_modified
+    (a UTC datetime, as the store lists the manifest, or None), newest
+    (True for the largest, the one readers open) and latest_hint (True for
+    the one the `latest` hint names). One listing and one GET. Nothing
+    published there raises NotFoundError; a listing the store does not end
+    raises IndexIOError."""
+    import datetime
+    utc = datetime.timezone.utc
+    return [{"version": v, "manifest_bytes": size,
+             "last_modified": None if ms < 0 else
+             datetime.datetime.fromtimestamp(ms // 1000, utc).replace(
+                 microsecond=ms % 1000 * 1000),
+             "newest": newest, "latest_hint": hinted}
+            for v, size, ms, newest, hinted in _keel.versions(url)]
+
+
 class UnflushedWarning(UserWarning):
     """Unflushed adds or deletes were dropped (close(), garbage collection,
     interpreter exit) or left out (publish()). A UserWarning, so Python
@@ -218,7 +263,10 @@ class VectorIndex(_keel.Index):
 
     def publish(self, url, *, replace=False):
         """Publish the last flush as the next version at
-        's3://BUCKET/PREFIX'; returns the bytes sent. Another index at the
+        's3://BUCKET/PREFIX'; returns the bytes sent, as a PublishResult
+        (an int) whose .version is the version that holds the flush and
+        whose .unchanged is True when the newest version held it already:
+        then nothing was sent and no version made. Another index at the
         URL is refused unless replace=True; its readers then keep their
         version. Adds and deletes not flushed are not published: an
         UnflushedWarning counts them."""
@@ -232,7 +280,7 @@ class VectorIndex(_keel.Index):
                 "them" % (self.path, what,
                           "is" if adds + deletes == 1 else "are"),
                 UnflushedWarning, stacklevel=2)
-        return super().publish(url, replace=replace)
+        return PublishResult(*super().publish(url, replace=replace))
 
     def close(self):
         """Close the handle; unflushed adds and deletes are lost (with an
@@ -334,3 +382,11 @@ class IndexReader(VectorIndex):
 
     def __init__(self, path, options=None, **kwargs):
         super().__init__(path, None, options, read_only=True, **kwargs)
+
+    @property
+    def published_version(self):
+        """The version of a published index this reader serves (an int):
+        the newest when it opened, then each newer one it moved to (by
+        itself every 5 s while in use, or at refresh()). None for a reader
+        of a file. Asks nothing of the object store."""
+        return self._published_version()

@@ -58,6 +58,7 @@
 #include "_args.h"
 #include "_errors.h"
 #include "_filter.h"
+#include "_published.h"
 
 #define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
 
@@ -634,7 +635,9 @@ index_backup(IndexObject *self, PyObject *arg)
 }
 
 /* publish(url, replace=False): the last flush as the next version at
-** s3://BUCKET/PREFIX (keel_publish); returns the bytes sent. */
+** s3://BUCKET/PREFIX (keel_publish); returns (bytes sent, the version that
+** holds the flush, whether it was there already), which _index.py makes a
+** PublishResult. */
 static PyObject *
 index_publish(IndexObject *self, PyObject *args, PyObject *kw)
 {
@@ -652,8 +655,10 @@ index_publish(IndexObject *self, PyObject *args, PyObject *kw)
     const char *url = PyUnicode_AsUTF8(url_obj);
     if (!url || enter(self, "publish()"))
         return NULL;
-    uint64_t sent = 0;
-    keel_publish_options o = {.uploaded = &sent, .replace = replace};
+    uint64_t sent = 0, version = 0;
+    int unchanged = 0;
+    keel_publish_options o = {.uploaded = &sent, .replace = replace,
+                              .version = &version, .unchanged = &unchanged};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_publish(self->idx, url, &o);
@@ -661,7 +666,30 @@ index_publish(IndexObject *self, PyObject *args, PyObject *kw)
     leave(self);
     if (rc)
         return keel_py_raise(rc);
-    return PyLong_FromUnsignedLongLong(sent);
+    return Py_BuildValue("(KKO)", (unsigned long long)sent,
+                         (unsigned long long)version,
+                         unchanged ? Py_True : Py_False);
+}
+
+/* _published_version(): the version a reader of a URL serves
+** (keel_published_version); None for a handle of a file. */
+static PyObject *
+index_published_version(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (enter(self, "published_version"))
+        return NULL;
+    uint64_t version = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = keel_published_version(self->idx, &version);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc == KEEL_EINVAL)
+        Py_RETURN_NONE; /* a file: no published version */
+    if (rc)
+        return keel_py_raise(rc);
+    return PyLong_FromUnsignedLongLong(version);
 }
 
 static PyObject *
@@ -1279,9 +1307,12 @@ static PyMethodDef index_methods[] = {
      "publish(url, *, replace=False)\n--\n\nPublish the last flush to "
      "'s3://BUCKET/PREFIX' as the next version (only changed pages are sent; "
      "endpoint and keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
-     "AWS_SECRET_ACCESS_KEY); returns the bytes sent. IndexReader('s3://...') "
-     "opens it. Another index at the URL is refused unless replace=True; "
-     "its readers then keep their version."},
+     "AWS_SECRET_ACCESS_KEY); returns (bytes sent, version, unchanged). "
+     "IndexReader('s3://...') opens it. Another index at the URL is refused "
+     "unless replace=True; its readers then keep their version."},
+    {"_published_version", (PyCFunction)index_published_version, METH_NOARGS,
+     "_published_version()\n--\n\nInternal: the version a reader of a URL "
+     "serves, or None for a file."},
     {"_pending", (PyCFunction)index_pending, METH_NOARGS,
      "_pending()\n--\n\nInternal: (adds, deletes) since the last flush."},
     {"stats", (PyCFunction)index_stats, METH_NOARGS,
@@ -1350,60 +1381,11 @@ module_strerror(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(keel_strerror((int)rc));
 }
 
-/* prune(url, keep=2): removes published versions but the newest keep
-** (keel_prune); returns the number of objects removed. */
-static PyObject *
-module_prune(PyObject *mod, PyObject *args, PyObject *kw)
-{
-    (void)mod;
-    static char *names[] = {"url", "keep", NULL};
-    PyObject *url_obj, *keep_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:prune", names, &url_obj,
-                                     &keep_obj))
-        return NULL;
-    if (!PyUnicode_Check(url_obj))
-        return PyErr_Format(PyExc_TypeError, "prune() takes url as a str, not "
-                            "%s (%R)\nhelp: pass 's3://BUCKET/PREFIX'",
-                            Py_TYPE(url_obj)->tp_name, url_obj);
-    long long keep = 2;
-    if (keep_obj) {
-        int overflow = 0;
-        if (!PyLong_Check(keep_obj) || PyBool_Check(keep_obj))
-            return PyErr_Format(PyExc_TypeError, "prune() takes keep as an "
-                                "int, not %s (%R)\nhelp: pass the number of "
-                                "versions to keep, such as keep=2",
-                                Py_TYPE(keep_obj)->tp_name, keep_obj);
-        keep = PyLong_AsLongLongAndOverflow(keep_obj, &overflow);
-        if (keep == -1 && PyErr_Occurred())
-            return NULL;
-        if (overflow || keep < 1 || keep > UINT32_MAX)
-            return PyErr_Format(PyExc_ValueError, "prune() was given keep=%R"
-                                "\nhelp: keep at least 1 version (at most "
-                                "4294967295)", keep_obj);
-    }
-    const char *url = PyUnicode_AsUTF8(url_obj);
-    if (!url)
-        return NULL;
-    uint64_t removed = 0;
-    keel_prune_options o = {.removed = &removed};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = keel_prune(url, (uint32_t)keep, &o);
-    Py_END_ALLOW_THREADS
-    if (rc)
-        return keel_py_raise(rc);
-    return PyLong_FromUnsignedLongLong(removed);
-}
-
 static PyMethodDef module_methods[] = {
     {"_setup", module_setup, METH_VARARGS, "Internal: connect the Python "
      "layer (exception classes and input helpers)."},
     {"strerror", module_strerror, METH_O, "strerror(code)\n--\n\nkeel's short "
      "description of an error code."},
-    {"prune", (PyCFunction)(void (*)(void))module_prune,
-     METH_VARARGS | METH_KEYWORDS, "prune(url, keep=2)\n--\n\nRemove the "
-     "versions published at 's3://BUCKET/PREFIX' but the newest keep, and the "
-     "objects only they name; returns the number of objects removed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1430,7 +1412,8 @@ PyInit__keel(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (keel_py_filter_setup(m, NULL) < 0) {
+    if (keel_py_filter_setup(m, NULL) < 0 ||
+        PyModule_AddFunctions(m, keel_py_published_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

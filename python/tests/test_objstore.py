@@ -86,6 +86,60 @@ def test_prune_keeps_the_newest_versions(tmp_path):
         keel.prune(u, keep=0)
 
 
+def test_an_unchanged_publish_makes_no_version(tmp_path):
+    rng = np.random.default_rng(6)
+    u = url("unchanged")
+    with keel.VectorIndex(str(tmp_path / "u.keel"), 8) as w:
+        w.add_batch(rng.standard_normal((300, 8)).astype(np.float32))
+        w.flush()
+        first = w.publish(u)
+        assert first > 0 and first.version == 1 and first.unchanged is False
+        again = w.publish(u)
+        assert again == 0 and again.version == 1 and again.unchanged is True
+        assert "unchanged=True" in repr(again)
+        assert [v["version"] for v in keel.versions(u)] == [1]
+        w.delete(3)
+        w.flush()
+        changed = w.publish(u)
+        assert changed > 0 and changed.version == 2 and not changed.unchanged
+
+
+def test_versions_and_the_version_a_reader_serves(tmp_path):
+    rng = np.random.default_rng(7)
+    u = url("versions")
+    with pytest.raises(keel.NotFoundError, match="no index is published"):
+        keel.versions(u)
+    with pytest.raises(keel.InvalidArgumentError, match="'notaurl'"):
+        keel.versions("notaurl")
+    with pytest.raises(TypeError, match="help:"):
+        keel.versions(b"s3://x/y")
+    with keel.VectorIndex(str(tmp_path / "v.keel"), 8) as w:
+        for i in range(3):
+            w.add_batch(rng.standard_normal((100, 8)).astype(np.float32))
+            w.flush()
+            w.publish(u)
+        got = keel.versions(u)
+        assert [v["version"] for v in got] == [1, 2, 3]
+        assert [v["newest"] for v in got] == [False, False, True]
+        assert [v["latest_hint"] for v in got] == [False, False, True]
+        for v in got:
+            assert v["manifest_bytes"] > 64
+            age = time.time() - v["last_modified"].timestamp()
+            assert -60 < age < 60 and v["last_modified"].tzinfo is not None
+        with keel.IndexReader(u) as r:
+            assert r.published_version == 3
+            w.add_batch(rng.standard_normal((100, 8)).astype(np.float32))
+            w.flush()
+            w.publish(u)
+            r.refresh()
+            assert r.published_version == 4
+        with keel.IndexReader(str(tmp_path / "v.keel")) as f:
+            assert f.published_version is None
+        keel.prune(u, keep=1)
+        assert [(v["version"], v["newest"]) for v in keel.versions(u)] == \
+            [(4, True)]
+
+
 # --- the page cache's options ------------------------------------------------
 
 def publish(tmp_path, name, n, dim, seed):
