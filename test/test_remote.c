@@ -97,6 +97,22 @@ published(char *url, size_t cap, const char *name, uint64_t seed, size_t n)
     return build_opts(test_path(file), url, &o, seed, n);
 }
 
+/* Publishes the next version of w with the same live vectors: a publish
+** with no flush since the last makes no version (publish.c invariant 12),
+** so a vector is added and deleted, and that flushed, first. */
+static int
+republish(keel_index *w, const char *url)
+{
+    float v[DIM] = {1.0f};
+    uint64_t id;
+    int rc = keel_add(w, v, &id);
+    if (!rc)
+        rc = keel_delete(w, id);
+    if (!rc)
+        rc = keel_flush(w);
+    return rc ? rc : keel_publish(w, url, NULL);
+}
+
 /* Waits up to 20 s for r's warm to finish; 1 if it has. */
 static int
 warm_finished(keel_index *r)
@@ -673,7 +689,7 @@ TEST(a_bad_latest_hint_is_only_ignored)
     char url[256];
     keel_index *w = published(url, sizeof url, "hint", 71, N);
     CHECK(w != NULL);
-    CHECK_OK(keel_publish(w, url, NULL)); /* v2 */
+    CHECK_OK(republish(w, url)); /* v2 */
     char b[64], key[1400];
     keel_s3 *s3;
     CHECK_OK(hint_key(url, b, key, sizeof key, &s3));
@@ -725,7 +741,7 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
     char url[256];
     keel_index *w = published(url, sizeof url, "hint3", 73, N);
     CHECK(w != NULL);
-    CHECK_OK(keel_publish(w, url, NULL)); /* v2 */
+    CHECK_OK(republish(w, url)); /* v2 */
     CHECK_OK(keel_delete(w, 5));
     CHECK_OK(keel_flush(w));
     CHECK_OK(keel_publish(w, url, NULL)); /* v3 */
