@@ -23,6 +23,7 @@
 ** caller gives the slots back. A batch into an empty index keeps nothing.
 */
 #include "hnsw/build.h"
+#include "store/undo.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
 ** invariants for searches reading the same lists without a lock.
 */
 #include "hnsw/graph.h"
+#include "store/undo.h"
 
 #include <math.h>
 #include <sched.h>

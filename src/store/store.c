@@ -26,6 +26,7 @@
 ** they may read is published with release stores after it is written.
 */
 #include "store/store.h"
+#include "store/undo.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -406,32 +407,6 @@ void
 keel__store_heap_reset(keel_store *st, uint64_t mark)
 {
     st->work.heap_used = mark;
-}
-
-uint32_t *
-keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
-                 uint32_t *len)
-{
-    uint64_t *rec = keel__store_rec(st, slot);
-    if (level == 0) {
-        *len = st->g.M0;
-        return (uint32_t *)(rec + 1);
-    }
-    uint64_t head = KEEL_LOAD_ACQUIRE(&rec[0]);
-    uint32_t lv = (uint32_t)(head & 0xFF);
-    if (level > lv || lv >= KEEL_MAX_LEVELS)
-        return NULL;
-    uint64_t ref = head >> 16;
-    uint32_t c = (uint32_t)(ref >> 32);
-    uint64_t off = ref & 0xFFFFFFFFu;
-    if (c >= KEEL_LOAD_ACQUIRE(&st->nheap))
-        return NULL;
-    const keel_chunk *ch = &st->heap[c];
-    uint8_t *base = KEEL_LOAD_RELAXED(&ch->base);
-    if (!base || off + 4ull * st->g.M * lv > ch->bytes || off % 4)
-        return NULL;
-    *len = st->g.M;
-    return (uint32_t *)(void *)(base + off + 4ull * st->g.M * (level - 1));
 }
 
 /* --- id table ---------------------------------------------------------- */

@@ -272,9 +272,34 @@ keel__store_mark(const keel_store *st, uint64_t slot)
 
 /* Neighbour list of slot at level (level 0: M0 entries, else M), or NULL if
 ** the record's heap reference does not point into a mapped chunk (a reader
-** looking at a node it may only route through). */
-uint32_t *keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
-                           uint32_t *len);
+** looking at a node it may only route through). It only computes an
+** address, so it is inline like the accessors above: undo.c reads lists
+** through it without calling a function of the store. */
+static inline uint32_t *
+keel__store_list(const keel_store *st, uint64_t slot, uint32_t level,
+                 uint32_t *len)
+{
+    uint64_t *rec = keel__store_rec(st, slot);
+    if (level == 0) {
+        *len = st->g.M0;
+        return (uint32_t *)(rec + 1);
+    }
+    uint64_t head = KEEL_LOAD_ACQUIRE(&rec[0]);
+    uint32_t lv = (uint32_t)(head & 0xFF);
+    if (level > lv || lv >= KEEL_MAX_LEVELS)
+        return NULL;
+    uint64_t ref = head >> 16;
+    uint32_t c = (uint32_t)(ref >> 32);
+    uint64_t off = ref & 0xFFFFFFFFu;
+    if (c >= KEEL_LOAD_ACQUIRE(&st->nheap))
+        return NULL;
+    const keel_chunk *ch = &st->heap[c];
+    uint8_t *base = KEEL_LOAD_RELAXED(&ch->base);
+    if (!base || off + 4ull * st->g.M * lv > ch->bytes || off % 4)
+        return NULL;
+    *len = st->g.M;
+    return (uint32_t *)(void *)(base + off + 4ull * st->g.M * (level - 1));
+}
 
 /* Whether slot is a live vector in view v. */
 static inline int
@@ -375,49 +400,9 @@ size_t keel__store_pending_deletes(const keel_store *st);
 /* Room for deleting these n slots, so that deleting each cannot fail. */
 int keel__store_delete_prepare(keel_store *st, const uint64_t *slots, size_t n);
 
-/* Undo log (undo.c). save: call before the first change to the lists of
-** a committed node since the last commit; KEEL_OK once its lists are in the
-** log (*wrote 1 if this call wrote them, 0 if they were saved before),
-** else KEEL_EIO, KEEL_EFULL or KEEL_ENOMEM with a message naming the log
-** (the lists must then stay as they are). mark: where the next entry goes;
-** restore: write back the lists of every entry written since mark (a failed
-** add: committed nodes it saved first hold their committed lists again);
-** a failure to read them poisons the writer. sync: make the log durable.
-** end: drop it after a commit. recover: writer open, after the intent
-** recovery: restore the lists the log the live page names saved, and fix
-** where this writer's log goes. */
-int keel__undo_save(keel_store *st, uint64_t slot, int *wrote);
-int keel__undo_sync(keel_store *st);
-void keel__undo_end(keel_store *st);
-int keel__undo_recover(keel_store *st);
-uint64_t keel__undo_mark(keel_store *st);
-int keel__undo_restore(keel_store *st, uint64_t mark);
-uint64_t keel__undo_identity(const keel_header *h);
-/* Reading a log's bytes (recovery in undo.c, backups and publishes of a
-** commit elsewhere). An entry holds words u32: the level-0 list, then each
-** upper list. commit_entries calls fn for the first intact entry of each
-** committed slot in the log buf (size bytes), in log order, when it is the
-** log of commit h (of geometry g), stopping at the first torn entry or
-** when fn returns nonzero (which it returns); a log of another commit, or
-** not a log, holds nothing for h (KEEL_OK). KEEL_ENOMEM too. */
-typedef int (*keel_undo_entry_fn)(uint32_t slot, const uint8_t *words,
-                                  uint32_t n_words, void *arg);
-int keel__undo_commit_entries(const keel_geometry *g, const keel_header *h,
-                              const uint8_t *buf, uint64_t size,
-                              keel_undo_entry_fn fn, void *arg);
-/* Where the file holds the lists of an entry of slot (n_words words) under
-** commit h: the level-0 list at off[0] (len[0] bytes) and, for a node with
-** upper levels, those lists at off[1] (len[1]; 0 when none). Reads the
-** slot's record head through st's descriptor. KEEL_OK, KEEL_EIO or
-** KEEL_ECORRUPT (an entry that does not fit the node) with a message. */
-int keel__undo_entry_places(const keel_store *st, const keel_header *h,
-                            uint32_t slot, uint32_t n_words, uint64_t off[2],
-                            uint64_t len[2]);
-/* Writer: a copy of its undo log (*buf, *size; NULL and 0 when no list
-** changed since the last commit), read under undo_lock so that every entry a
-** save wrote is in it. KEEL_OK, KEEL_ENOMEM, or KEEL_EIO naming the log
-** when it cannot be read. */
-int keel__undo_log_copy(keel_store *st, uint8_t **buf, uint64_t *size);
+/* The undo log (undo.c) has its own header, store/undo.h: the commit and
+** open code and the graph's list changes include it; the api layer reaches
+** committed lists only through keel__store_committed_lists below. */
 
 /* The committed lists of commit h that the file no longer holds, for a
 ** copy of the commit (keel_backup, keel_publish): fn gets each as the

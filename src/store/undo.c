@@ -58,7 +58,7 @@
 ** header, no owner; tag 0 before tags) are read too: the log beside the
 ** name the index is opened by belongs to it.
 */
-#include "store/store.h"
+#include "store/undo.h"
 
 #include <errno.h>
 #include <limits.h>
