@@ -372,8 +372,8 @@ void keel__store_set_entry(keel_store *st, uint32_t entry, uint32_t max_level);
 
 /* Ids. lookup finds the present slot with this id in view v: KEEL_OK,
 ** KEEL_ENOTFOUND, or the error of fetching the table or a header (a
-** published index read without faults, store/pagein.h). It lives in
-** idtab.c, above pagein.c; the table's writer side is in store.c. */
+** published index read without faults, store/pagein.h). The id table,
+** both sides, lives in idtab.c. */
 int keel__store_id_lookup(const keel_view *v, uint64_t id, uint64_t *slot);
 
 /* An id's home entry in a table of 2^log2 entries (Fibonacci hashing: the
