@@ -104,7 +104,8 @@ seg_set(keel_segment *s, const keel_geometry *g, uint32_t k, uint8_t *base,
 }
 
 int
-keel__store_map_region(keel_store *st, uint64_t off, uint64_t bytes, uint8_t **out)
+keel__store_map_region(keel_store *st, uint64_t off, uint64_t bytes,
+                       uint8_t **out)
 {
     void *p;
     int err = keel__os->map(st->fd, off, (size_t)bytes, st->writer, &p);
@@ -141,7 +142,8 @@ int
 keel__store_reserve_space(keel_store *st, uint64_t off, uint64_t len)
 {
     int err = keel__os->allocate(st->fd, off, len);
-    return err ? keel__store_io_fail(err, "reserving disk space for", st->path) : KEEL_OK;
+    return err ? keel__store_io_fail(err, "reserving disk space for", st->path)
+               : KEEL_OK;
 }
 
 void
@@ -206,14 +208,15 @@ reserve_seg_slots(keel_store *st, uint32_t k, uint64_t upto)
     int rc = keel__store_reserve_space(st, s->off + a * 16, (b - a) * 16);
     if (!rc)
         rc = keel__store_reserve_space(st, s->off + voff + a * st->g.vec_bytes,
-                           (b - a) * st->g.vec_bytes);
+                                       (b - a) * st->g.vec_bytes);
     if (!rc)
         rc = keel__store_reserve_space(st, s->off + roff + a * st->g.rec_bytes,
-                           (b - a) * st->g.rec_bytes);
+                                       (b - a) * st->g.rec_bytes);
     if (!rc && s->codes)
-        rc = keel__store_reserve_space(st, s->off + (uint64_t)(s->codes - s->base) +
-                                   a * st->g.code_bytes,
-                           (b - a) * st->g.code_bytes);
+        rc = keel__store_reserve_space(st, s->off +
+                                               (uint64_t)(s->codes - s->base) +
+                                               a * st->g.code_bytes,
+                                       (b - a) * st->g.code_bytes);
     if (!rc)
         s->reserved = b;
     return rc;
@@ -347,7 +350,8 @@ heap_take(keel_store *st, uint64_t need, uint64_t *ref)
     if (off + need > ch->reserved) {
         uint64_t to = KEEL_MIN(KEEL_MAX(off + need, ch->reserved + ALLOC_STEP),
                                ch->bytes);
-        int rc = keel__store_reserve_space(st, ch->off + ch->reserved, to - ch->reserved);
+        int rc = keel__store_reserve_space(st, ch->off + ch->reserved,
+                                           to - ch->reserved);
         if (rc)
             return rc;
         ch->reserved = to;
@@ -495,7 +499,8 @@ keel__store_map_committed(keel_store *st, const keel_header *h)
         if (st->nidtabs >= KEEL_MAX_IDTABS)
             return KEEL_CORRUPT("%s changed its id table too often", st->path);
         uint8_t *base;
-        rc = keel__store_map_region(st, h->idtab_offset, 4ull << h->idtab_log2, &base);
+        rc = keel__store_map_region(st, h->idtab_offset,
+                                    4ull << h->idtab_log2, &base);
         if (rc)
             return rc;
         keel_idtab *t = &st->idtabs[st->nidtabs];

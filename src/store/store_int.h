@@ -2,9 +2,10 @@
 **
 ** store.h is the store's face to the layers above; this header holds the
 ** helpers its files call in one another: the message of a failed system
-** call on the index, and region.c's calls that grow the file and map its
+** call on the index, region.c's calls that grow the file and map its
 ** regions (used by idtab.c for its tables and by store.c for a reader's
-** snapshots). Nothing outside src/store/ includes it.
+** snapshots), and commit.c's header writes and syncs (used at open).
+** Nothing outside src/store/ includes it.
 */
 #ifndef KEEL_STORE_INT_H
 #define KEEL_STORE_INT_H
@@ -35,5 +36,13 @@ void keel__store_live_put_regions(keel_store *st);
 int keel__store_map_segment_at(keel_store *st, uint32_t k, uint64_t off);
 int keel__store_map_chunk_at(keel_store *st, uint32_t c, uint64_t off);
 int keel__store_map_committed(keel_store *st, const keel_header *h);
+
+/* commit.c: poison marks the writer poisoned (invariant 7) and returns
+** keel__store_io_fail's code; write_header encodes h into copy 0 (A) or 1
+** (B) with the buffer made at open (it allocates nothing); sync syncs the
+** file. A failed write or sync poisons the writer. */
+int keel__store_poison(keel_store *st, int err, const char *what);
+int keel__store_write_header(keel_store *st, keel_header *h, int copy);
+int keel__store_sync(keel_store *st);
 
 #endif /* KEEL_STORE_INT_H */
