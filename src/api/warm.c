@@ -29,7 +29,7 @@
 **       reads what the index holds then.
 **   (2) The thread is stopped (waiting for at most one step) before any
 **       mapping it may use goes away: close, and compaction's swap. Readers
-**       never unmap before close (store.c invariant 9).
+**       never unmap before close (region.c invariant 9).
 **   (3) A child process after fork() has no thread: closing the handle there
 **       does not wait for one.
 **   (4) While warm reads a local file, searches leave the reading to it

@@ -2,7 +2,7 @@
 ** packed heap keys, levels, the neighbour-selection heuristic, and changes
 ** to neighbour lists that searches may read at the same time.
 **
-** Invariants for lists (store.c invariant 3):
+** Invariants for lists (commit.c invariant 3):
 **   (1) Every change to a list is a sequence of single aligned 32-bit
 **       stores; a search reading the list sees, at each position, either the
 **       old entry, the new entry or EMPTY.

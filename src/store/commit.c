@@ -9,7 +9,7 @@
 **   dirty --keel__store_commit, no deletes: sync, header, sync--> committed
 **   dirty --keel__store_commit with deletes: intent header, sync--> intent
 **   intent --marks, sync, header into the other copy, sync--> committed
-**   intent found newest at a writer's open --recover_intent (store.c)-->
+**   intent found newest at a writer's open --recover_intent (open.c)-->
 **       committed
 **   any --a failed write or sync (keel__store_poison)--> poisoned, until the
 **       file is opened again
@@ -30,7 +30,7 @@
 **       commit header into the other copy + sync.
 **   (6) Recovery runs only in a writer: an intent header as newest makes it
 **       clear every mark above E below N, sync, then write a clean header
-**       (store.c's recover_intent, at a writer's open).
+**       (open.c's recover_intent, at a writer's open).
 **   (7) After a failed sync the writer is poisoned until reopened.
 **   (8), (9) are about regions and stated in region.c.
 **

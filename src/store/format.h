@@ -178,7 +178,7 @@ uint32_t keel__initial_idtab_log2(void);
 ** 0 in every real use. */
 enum keel_mutant {
     KEEL_MUT_NONE = 0,
-    KEEL_MUT_NO_SYNC_BEFORE_HEADER,  /* breaks store.c invariant (1) */
+    KEEL_MUT_NO_SYNC_BEFORE_HEADER,  /* breaks commit.c invariant (1) */
     KEEL_MUT_HEADER_OVER_NEWEST,     /* breaks (2) */
     KEEL_MUT_NO_INTENT,              /* breaks (5) */
     KEEL_MUT_RECOVERY_KEEPS_MARKS,   /* breaks (6) */

@@ -8,16 +8,16 @@
 ** with codes their centre first (doc/format.md has their layout; format.h's
 ** keel__seg_layout and keel__heap_chunk_bytes the sizes). The writer grows
 ** both at its end of file and lists them in the live page so readers can
-** route through nodes not yet committed; commits (store.c) name them in the
+** route through nodes not yet committed; commits (commit.c) name them in the
 ** header. idtab.c makes its tables' regions through the same calls, and
 ** keel__store_map_committed maps the table a header names.
 **
 ** Also here, for every file of the store, keel__store_io_fail: the message of
 ** a failed system call on the index file.
 **
-** Two of the store's invariants hold here (numbered after store.c's (1)-(7),
+** Two of the store's invariants hold here (numbered after commit.c's (1)-(7),
 ** and cited by these numbers elsewhere); keel__store_write_slot also keeps
-** store.c's (4):
+** commit.c's (4):
 **
 **   (8) Disk space is reserved before anything is written through a mapping.
 **   (9) Regions are mapped once and never unmapped before close; a reader

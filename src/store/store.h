@@ -171,7 +171,7 @@ int keel__store_open_writer(const char *path, const keel_store_params *p,
                             keel_store **out);
 int keel__store_open_reader(const char *path, keel_store **out);
 /* The most of a published index's heap (its upper layers) a reader brings
-** into its page cache at open, in one batch (store.c bring_heap). */
+** into its page cache at open, in one batch (open.c bring_heap). */
 #define KEEL_REMOTE_HEAP_MAX ((uint64_t)8 << 20)
 /* A reader of the published index behind c (cache.h), which the store
 ** takes over (closed with it, or here on failure). warm: the caller warms

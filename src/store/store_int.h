@@ -4,7 +4,8 @@
 ** helpers its files call in one another: the message of a failed system
 ** call on the index, region.c's calls that grow the file and map its
 ** regions (used by idtab.c for its tables and by store.c for a reader's
-** snapshots), and commit.c's header writes and syncs (used at open).
+** snapshots), commit.c's header writes and syncs (used at open), and
+** store.c's snapshot refresh (used at a reader's open).
 ** Nothing outside src/store/ includes it.
 */
 #ifndef KEEL_STORE_INT_H
@@ -44,5 +45,10 @@ int keel__store_map_committed(keel_store *st, const keel_header *h);
 int keel__store_poison(keel_store *st, int err, const char *what);
 int keel__store_write_header(keel_store *st, keel_header *h, int copy);
 int keel__store_sync(keel_store *st);
+
+/* store.c: takes the newest valid header of a reader's file into st->snap
+** (never an older commit than the one in use), mapping the regions it
+** names. Called with snap_lock held, or by the open before any search. */
+int keel__store_refresh_snapshot(keel_store *st);
 
 #endif /* KEEL_STORE_INT_H */

@@ -169,7 +169,7 @@ undo_announce(keel_store *st)
     KEEL_STORE_RELEASE((uint64_t *)(void *)(lp + LO_UNDO_TAG), st->undo_tag);
     int err = keel__os->sync(st->fd);
     if (err) {
-        st->poisoned = 1; /* store.c invariant (7) */
+        st->poisoned = 1; /* commit.c invariant (7) */
         return keel__fail(err == -ENOSPC ? KEEL_EFULL : KEEL_EIO,
                           "syncing %s before its first unflushed graph change "
                           "failed: %s\nhelp: check the disk, then close the "
@@ -703,7 +703,7 @@ keel__undo_restore(keel_store *st, uint64_t mark)
     goto out;
 fail:
     /* The lists are not the call's starting ones, and only the log can say
-     * what they were: no commit may include them (store.c invariant 7); a
+     * what they were: no commit may include them (commit.c invariant 7); a
      * reopen recovers the last commit from the log. */
     st->poisoned = 1;
 out:

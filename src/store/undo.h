@@ -3,8 +3,8 @@
 ** recovering it when a writer opens.
 **
 ** Who calls it: graph.c (save, before a committed node's lists change),
-** build.c (mark and restore around an add that fails) and store.c (sync
-** before the index is synced, end after a commit, recover at a writer's
+** build.c (mark and restore around an add that fails), commit.c (sync before
+** the index is synced, end after a commit) and open.c (recover, at a writer's
 ** open). The log calls no function of the store back: it reads slots and
 ** lists through store.h's inline accessors only. The api layer does not
 ** include this header; it reads a commit's lists through
