@@ -7,6 +7,13 @@
 ** graph. Writers serialize calls that change the store (the api layer holds
 ** the write mutex); accessors may be called by any number of searches at the
 ** same time as one writer.
+**
+** The calls below are defined across src/store/: open.c (opening, closing),
+** region.c (regions, slots, the heap), idtab.c (ids), commit.c (deletes,
+** commits; the store's invariants (1)-(7)), store.c (views, snapshots),
+** undo.c (keel__store_committed_lists) and, for keel_stat and keel_check,
+** api/check.c; the store's private helpers are declared in store_int.h, the
+** undo log's calls in undo.h.
 */
 #ifndef KEEL_STORE_H
 #define KEEL_STORE_H
