@@ -128,9 +128,9 @@ class Sdist(sdist):
 ext = Extension(
     "keel._keel",
     sources=["keel/_keel.c", "keel/_args.c", "keel/_errors.c",
-             "keel/_filter.c", "keel/_published.c"],
+             "keel/_filter.c", "keel/_handle.c", "keel/_published.c"],
     depends=["keel/_args.h", "keel/_errors.h", "keel/_filter.h",
-             "keel/_published.h"],
+             "keel/_handle.h", "keel/_published.h"],
     libraries=["xxhash", "curl", "m"],
     extra_compile_args=FLAGS + ["-Wno-cast-function-type"],
     # keel's internal symbols stay inside the module.

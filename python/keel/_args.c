@@ -65,8 +65,8 @@ name_list(char *buf, size_t size, const char *const *names, int n)
 ** required. out[i] receives a borrowed reference or NULL. */
 int
 keel_py_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-           PyObject *kwnames, const char *const *names, int n, int nreq,
-           PyObject **out)
+                   PyObject *kwnames, const char *const *names, int n,
+                   int nreq, PyObject **out)
 {
     char list[128];
     nargs = PyVectorcall_NARGS(nargs);
@@ -132,9 +132,9 @@ keel_py_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
 ** anything else goes to _coerce.count, which rejects floats and strings.
 ** A value out of range is named as given, not clamped. */
 int
-keel_py_get_count(PyObject *obj, const char *name, const char *fn, long long lo,
-          long long hi, const char *limit, const char *help,
-          long long *out)
+keel_py_get_count(PyObject *obj, const char *name, const char *fn,
+                  long long lo, long long hi, const char *limit,
+                  const char *help, long long *out)
 {
     PyObject *o = obj;
     if (!PyLong_CheckExact(o)) {

@@ -1,5 +1,5 @@
 /* _errors.h -- keel's errors as Python exceptions (_errors.c), for the
-** other files of the extension (_keel.c, _args.c, _filter.c,
+** other files of the extension (_keel.c, _args.c, _filter.c, _handle.c,
 ** _published.c). */
 #ifndef KEEL_PY_ERRORS_H
 #define KEEL_PY_ERRORS_H

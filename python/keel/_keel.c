@@ -31,16 +31,20 @@
 ** thread that holds keel's write_lock and the object's lock, so it must not
 ** use that object (keel.h: the callback must not call keel on the handle):
 ** each thread keeps a list of the objects it is inside a callback-running
-** call of (busy_top), and every method of one of them raises RuntimeError
-** there instead of deadlocking.
+** call of (busy_top, _handle.c), and every method of one of them raises
+** RuntimeError there instead of deadlocking.
 **
 ** Fork: a handle opened before fork() may only be closed in the child
 ** (keel.h); every other call there raises InvalidArgumentError.
 **
-** Files: _keel.c holds the Index type and the module. Below it, each a job
-** of its own: _args.c, the reading of arguments; _filter.c,
-** keel._keel.Filter and allowed=; _errors.c, keel's errors as Python
-** exceptions, which all of them raise.
+** Files: _keel.c holds the Index type's methods (a method reads its
+** arguments, takes the handle, calls keel without the GIL and builds its
+** result) and the module. Below it, each a job of its own: _handle.c, the
+** object's hold on its handle (open, close, the lock, the refusals above);
+** _args.c, the reading of arguments; _filter.c, keel._keel.Filter and
+** allowed=; _published.c, the module's functions on published indexes
+** (prune, versions); _errors.c, keel's errors as Python exceptions, which
+** all of them raise.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,7 +54,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,230 +61,16 @@
 #include "_args.h"
 #include "_errors.h"
 #include "_filter.h"
+#include "_handle.h"
 #include "_published.h"
 
 #define MAX_K 1000000 /* keel's own limit on k (checked before allocating) */
 
-/* --- fork ---------------------------------------------------------------- */
-
-static unsigned long fork_generation; /* +1 in every child after fork() */
-
-static void
-after_fork_child(void)
-{
-    fork_generation++;
-}
-
 /* --- the Index type ------------------------------------------------------ */
-
-/* A call that runs Python code (signal handlers) from keel's cancel
-** callback while it holds the object's locks: one per such call in
-** progress on this thread, innermost first. Pushed and popped with the GIL
-** held, by the thread itself. */
-struct busy {
-    const void *obj;
-    const char *call;
-    struct busy *prev;
-};
-static _Thread_local struct busy *busy_top;
-
-/* Marks this thread as inside call (which runs Python signal handlers from
-** keel's cancel callback) on self until busy_pop(). */
-static void
-busy_push(struct busy *b, const void *self, const char *call)
-{
-    b->obj = self;
-    b->call = call;
-    b->prev = busy_top;
-    busy_top = b;
-}
-
-static void
-busy_pop(struct busy *b)
-{
-    busy_top = b->prev;
-}
-
-
-typedef struct {
-    PyObject_HEAD
-    keel_index *idx;            /* NULL when closed or not opened */
-    pthread_rwlock_t lock;      /* shared: calls; exclusive: close, compact */
-    unsigned long generation;   /* fork_generation when opened */
-    int opened;                 /* set once, by the first successful open */
-    uint32_t dim;
-    int reader;
-    int remote;                 /* a reader of an s3:// URL: its searches
-                                   run the signal handlers
-                                   (keel_py_cancel_check) */
-    int metric, precision, codes;
-    PyObject *path;             /* str, or None */
-    PyObject *weakrefs;
-} IndexObject;
 
 static const char *const metric_names[] = {"l2", "cosine", "ip"};
 static const char *const precision_names[] = {"f32", "f16"};
 static const char *const codes_names[] = {"none", "i8", "i4"};
-
-static PyObject *
-index_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    (void)args;
-    (void)kwds;
-    IndexObject *self = (IndexObject *)type->tp_alloc(type, 0);
-    if (!self)
-        return NULL;
-    /* Writer preference, so close() and compact() are not starved by
-     * threads that search in a loop (glibc prefers readers by default). */
-    pthread_rwlockattr_t attr;
-    pthread_rwlockattr_init(&attr);
-#ifdef __GLIBC__
-    pthread_rwlockattr_setkind_np(
-        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-#endif
-    pthread_rwlock_init(&self->lock, &attr);
-    pthread_rwlockattr_destroy(&attr);
-    self->path = Py_None;
-    Py_INCREF(Py_None);
-    return (PyObject *)self;
-}
-
-static void
-index_dealloc(IndexObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    if (self->weakrefs)
-        PyObject_ClearWeakRefs((PyObject *)self);
-    /* No call can be in flight: each holds a reference to self. */
-    if (self->idx) {
-        keel_index *idx = self->idx;
-        self->idx = NULL;
-        Py_BEGIN_ALLOW_THREADS
-        keel_close(idx);
-        Py_END_ALLOW_THREADS
-    }
-    pthread_rwlock_destroy(&self->lock);
-    Py_CLEAR(self->path);
-    /* A Python subclass's type reference is dropped by subtype_dealloc. */
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-index_traverse(IndexObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->path);
-    return 0;
-}
-
-/* RuntimeError if this thread is inside a callback-running call on self
-** (a signal handler using the index its interrupted call is using): 0, or
-** -1 with the exception set. fn names the method refused. */
-static int
-check_reentry(IndexObject *self, const char *fn)
-{
-    for (const struct busy *b = busy_top; b; b = b->prev)
-        if (b->obj == (const void *)self) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "%s cannot use the index at %S: this thread is "
-                         "inside its %s(), which runs Python signal handlers "
-                         "while it holds the index\nhelp: a signal handler "
-                         "cannot use the index of the call it interrupted "
-                         "until that call returns; record what to do in the "
-                         "handler and do it after %s() returns (or raise in "
-                         "the handler to stop the call)",
-                         fn, self->path, b->call, b->call);
-            return -1;
-        }
-    return 0;
-}
-
-static PyObject *
-closed_error(IndexObject *self)
-{
-    if (self->path == Py_None)
-        return keel_py_raise_code(KEEL_EINVAL, "the index is not open\n"
-                                  "help: create it with keel.VectorIndex("
-                                  "path, dimensions) or "
-                                  "keel.IndexReader(path)");
-    return PyErr_Format(keel_py_invalid_class(),
-                        "the index at %U is closed\nhelp: open it again; a "
-                        "closed index cannot be used", self->path);
-}
-
-/* Takes the handle for one call (shared lock). Returns 0, or -1 with an
-** exception set. The caller must call leave() after a 0. */
-static int
-inherited(IndexObject *self)
-{
-    return self->generation != fork_generation && self->idx;
-}
-
-/* The checks of enter() without the lock, for calls that must fail the
-** same way before they look at their arguments: 0 or -1 with an
-** exception. */
-static int
-check_usable(IndexObject *self, const char *fn)
-{
-    if (check_reentry(self, fn))
-        return -1;
-    if (inherited(self)) {
-        keel_py_raise_code(KEEL_EINVAL, "this index was opened in the "
-                           "parent process before fork(); a child may only "
-                           "close it\nhelp: open the index again in the "
-                           "child process (or use the 'spawn' start "
-                           "method)");
-        return -1;
-    }
-    if (!self->idx) {
-        closed_error(self);
-        return -1;
-    }
-    return 0;
-}
-
-static int
-enter(IndexObject *self, const char *fn)
-{
-    if (check_reentry(self, fn))
-        return -1;
-    if (inherited(self))
-        return check_usable(self, fn);
-    if (pthread_rwlock_tryrdlock(&self->lock) != 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_rdlock(&self->lock);
-        Py_END_ALLOW_THREADS
-    }
-    if (!self->idx) {
-        pthread_rwlock_unlock(&self->lock);
-        closed_error(self);
-        return -1;
-    }
-    return 0;
-}
-
-static void
-leave(IndexObject *self)
-{
-    pthread_rwlock_unlock(&self->lock);
-}
-
-/* enter() for a call that reads vectors a (shape (dim,) or (n, dim)):
-** their length is checked again under the lock. */
-static int
-enter_vectors(IndexObject *self, PyArrayObject *a, int batch, const char *fn)
-{
-    if (enter(self, fn))
-        return -1;
-    if (PyArray_DIM(a, batch) != (npy_intp)self->dim) {
-        leave(self);
-        keel_py_raise_code(KEEL_EDIM, "the vectors' length no longer "
-                           "matches the index's dimensions\nhelp: do not "
-                           "open an object again while other threads use "
-                           "it");
-        return -1;
-    }
-    return 0;
-}
 
 /* The vectors argument of a call on self (keel_py_get_vectors): shape
 ** (dim,), or (n, dim) when batch. */
@@ -289,140 +78,10 @@ static PyArrayObject *
 index_vectors(IndexObject *self, PyObject *obj, int batch, const char *fn)
 {
     if (self->dim == 0) { /* never opened: say so, not "0 dimensions" */
-        closed_error(self);
+        keel_py_closed_error(self);
         return NULL;
     }
     return keel_py_get_vectors(obj, self->dim, batch, fn);
-}
-
-/* --- open and close ------------------------------------------------------ */
-
-/* _open(path, dimensions, metric, precision, codes, max_connections,
-**       ef_construction, ef_search, threads, flags, reader,
-**       cache_dir=None, cache_bytes=0, memory_cache_bytes=0) -- the Python
-** layer has checked and translated every value (the cache fields: a reader
-** of a URL only; None and 0 leave them to the environment). */
-static PyObject *
-index_open(IndexObject *self, PyObject *args)
-{
-    PyObject *path_bytes = NULL, *cache_obj = Py_None, *cache_bytes_dir = NULL;
-    unsigned dim, metric, precision, codes, m, efc, efs, threads, flags;
-    unsigned long long cache_bytes = 0, memory_cache_bytes = 0;
-    int reader;
-    if (!PyArg_ParseTuple(args, "O&IIIIIIIIIp|OKK:_open",
-                          PyUnicode_FSConverter, &path_bytes, &dim, &metric,
-                          &precision, &codes, &m, &efc, &efs, &threads,
-                          &flags, &reader, &cache_obj, &cache_bytes,
-                          &memory_cache_bytes))
-        return NULL;
-    if (cache_obj != Py_None &&
-        !PyUnicode_FSConverter(cache_obj, &cache_bytes_dir)) {
-        Py_DECREF(path_bytes);
-        return NULL;
-    }
-    if (check_reentry(self, "__init__()")) {
-        Py_DECREF(path_bytes);
-        Py_XDECREF(cache_bytes_dir);
-        return NULL;
-    }
-    /* Exclusive: no call may run while the object opens, and two opens of
-     * one object must not both succeed. */
-    Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_wrlock(&self->lock);
-    Py_END_ALLOW_THREADS
-    if (self->opened) {
-        pthread_rwlock_unlock(&self->lock);
-        Py_DECREF(path_bytes);
-        Py_XDECREF(cache_bytes_dir);
-        return keel_py_raise_code(KEEL_EINVAL, "this index object was "
-                                  "opened already; an object opens once\n"
-                                  "help: create a new object to open an "
-                                  "index again or another index");
-    }
-    keel_options o = {
-        .metric = (keel_metric)metric,
-        .precision = (keel_precision)precision,
-        .codes = (keel_codes)codes,
-        .max_connections = m,
-        .ef_construction = efc,
-        .ef_search = efs,
-        .threads = threads,
-        .flags = flags,
-        .cache_dir = cache_bytes_dir ? PyBytes_AS_STRING(cache_bytes_dir)
-                                     : NULL,
-        .cache_bytes = cache_bytes,
-        .memory_cache_bytes = memory_cache_bytes,
-    };
-    const char *path = PyBytes_AS_STRING(path_bytes);
-    /* A reader of a published index asks the handlers too, while a search
-     * waits for the object store (keel_set_cancel). */
-    int remote = reader && strncmp(path, "s3://", 5) == 0;
-    keel_index *idx = NULL;
-    keel_stats st;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = reader ? keel_open_reader(path, &o, &idx)
-                : keel_open(path, dim, &o, &idx);
-    if (!rc)
-        rc = keel_stat(idx, &st);
-    if (!rc && (!reader || remote))
-        rc = keel_set_cancel(idx, keel_py_cancel_check, NULL);
-    Py_END_ALLOW_THREADS
-    PyObject *name = NULL;
-    if (rc)
-        keel_py_raise_opening(rc);
-    else
-        name = PyUnicode_DecodeFSDefault(path);
-    Py_DECREF(path_bytes);
-    Py_XDECREF(cache_bytes_dir);
-    if (!name) {
-        Py_BEGIN_ALLOW_THREADS
-        keel_close(idx);
-        Py_END_ALLOW_THREADS
-        pthread_rwlock_unlock(&self->lock);
-        return NULL;
-    }
-    Py_SETREF(self->path, name);
-    self->idx = idx;
-    self->opened = 1;
-    self->generation = fork_generation;
-    self->dim = st.dim;
-    self->reader = reader;
-    self->remote = remote;
-    self->metric = st.metric <= KEEL_IP ? (int)st.metric : 0;
-    self->precision = st.precision <= KEEL_F16 ? (int)st.precision : 0;
-    self->codes = st.codes <= KEEL_CODES_I4 ? (int)st.codes : 0;
-    pthread_rwlock_unlock(&self->lock);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-index_close(IndexObject *self, PyObject *unused)
-{
-    (void)unused;
-    if (self->generation != fork_generation) {
-        /* In a child after fork(): no other thread can hold the lock here,
-         * and its state may be the parent's; close without it. */
-        keel_index *idx = self->idx;
-        self->idx = NULL;
-        Py_BEGIN_ALLOW_THREADS
-        keel_close(idx);
-        Py_END_ALLOW_THREADS
-        Py_RETURN_NONE;
-    }
-    if (check_reentry(self, "close()"))
-        return NULL;
-    int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_wrlock(&self->lock);
-    keel_index *idx = self->idx;
-    self->idx = NULL;
-    rc = keel_close(idx);
-    pthread_rwlock_unlock(&self->lock);
-    Py_END_ALLOW_THREADS
-    if (rc)
-        return keel_py_raise(rc);
-    Py_RETURN_NONE;
 }
 
 /* --- writes -------------------------------------------------------------- */
@@ -442,7 +101,7 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyArrayObject *v = index_vectors(self, a[0], 0, "add");
     if (!v)
         return NULL;
-    if (enter_vectors(self, v, 0, "add()")) {
+    if (keel_py_enter_vectors(self, v, 0, "add()")) {
         Py_DECREF(v);
         return NULL;
     }
@@ -452,7 +111,7 @@ index_add(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
     rc = with_id ? keel_add_with_id(self->idx, id, data)
                  : keel_add(self->idx, data, &id);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     Py_DECREF(v);
     if (rc)
         return keel_py_raise(rc);
@@ -479,19 +138,19 @@ index_add_batch(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
         !(ids = keel_py_get_ids(a[1], "add_batch", n)))
         goto fail;
     out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_UINT64);
-    if (!out || enter_vectors(self, v, 1, "add_batch()"))
+    if (!out || keel_py_enter_vectors(self, v, 1, "add_batch()"))
         goto fail;
     const float *data = PyArray_DATA(v);
     const uint64_t *idp = ids ? PyArray_DATA(ids) : NULL;
     uint64_t *outp = PyArray_DATA(out);
     struct busy b;
-    busy_push(&b, self, "add_batch");
+    keel_py_busy_push(&b, self, "add_batch");
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_add_batch(self->idx, data, (size_t)n, idp, outp);
     Py_END_ALLOW_THREADS
-    busy_pop(&b);
-    leave(self);
+    keel_py_busy_pop(&b);
+    keel_py_leave(self);
     Py_DECREF(v);
     Py_XDECREF(ids);
     if (rc) {
@@ -515,7 +174,7 @@ index_get_many(IndexObject *self, PyObject *arg)
     PyArrayObject *ids = keel_py_get_ids(arg, "get", -1);
     if (!ids)
         return NULL;
-    if (enter(self, "get()")) {
+    if (keel_py_enter(self, "get()")) {
         Py_DECREF(ids);
         return NULL;
     }
@@ -531,7 +190,7 @@ index_get_many(IndexObject *self, PyObject *arg)
         rc = keel_get_batch(self->idx, ip, n, vp, NULL);
         Py_END_ALLOW_THREADS
     }
-    leave(self);
+    keel_py_leave(self);
     Py_DECREF(ids);
     if (!v)
         return NULL;
@@ -549,7 +208,7 @@ index_delete_many(IndexObject *self, PyObject *arg)
     PyArrayObject *ids = keel_py_get_ids(arg, "delete", -1);
     if (!ids)
         return NULL;
-    if (enter(self, "delete()")) {
+    if (keel_py_enter(self, "delete()")) {
         Py_DECREF(ids);
         return NULL;
     }
@@ -559,7 +218,7 @@ index_delete_many(IndexObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_delete_batch(self->idx, ip, n);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     Py_DECREF(ids);
     if (rc)
         return keel_py_raise(rc);
@@ -571,7 +230,7 @@ static PyObject *
 index_ids(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self, "ids()"))
+    if (keel_py_enter(self, "ids()"))
         return NULL;
     size_t cap = (size_t)keel_count(self->idx) + 1024, n = 0;
     uint64_t *buf = NULL;
@@ -590,7 +249,7 @@ index_ids(IndexObject *self, PyObject *unused)
             break;
         cap *= 2; /* a writer added meanwhile: again, from one view */
     }
-    leave(self);
+    keel_py_leave(self);
     if (rc) {
         free(buf);
         if (rc == KEEL_ENOMEM && !keel_errmsg()[0])
@@ -618,7 +277,7 @@ index_backup(IndexObject *self, PyObject *arg)
                             "backup('copy.keel')", Py_TYPE(arg)->tp_name, arg);
     if (!PyUnicode_FSConverter(arg, &path))
         return NULL;
-    if (enter(self, "backup()")) {
+    if (keel_py_enter(self, "backup()")) {
         Py_DECREF(path);
         return NULL;
     }
@@ -627,7 +286,7 @@ index_backup(IndexObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_backup(self->idx, p);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     Py_DECREF(path);
     if (rc)
         return keel_py_raise(rc);
@@ -653,7 +312,7 @@ index_publish(IndexObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     const char *url = PyUnicode_AsUTF8(url_obj);
-    if (!url || enter(self, "publish()"))
+    if (!url || keel_py_enter(self, "publish()"))
         return NULL;
     uint64_t sent = 0, version = 0;
     int unchanged = 0;
@@ -663,7 +322,7 @@ index_publish(IndexObject *self, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_publish(self->idx, url, &o);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc)
         return keel_py_raise(rc);
     return Py_BuildValue("(KKO)", (unsigned long long)sent,
@@ -677,14 +336,14 @@ static PyObject *
 index_published_version(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self, "published_version"))
+    if (keel_py_enter(self, "published_version"))
         return NULL;
     uint64_t version = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_published_version(self->idx, &version);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc == KEEL_EINVAL)
         Py_RETURN_NONE; /* a file: no published version */
     if (rc)
@@ -698,13 +357,13 @@ index_delete(IndexObject *self, PyObject *arg)
     uint64_t id;
     if (!keel_py_one_id(arg))
         return index_delete_many(self, arg);
-    if (keel_py_get_id(arg, "delete", &id) || enter(self, "delete()"))
+    if (keel_py_get_id(arg, "delete", &id) || keel_py_enter(self, "delete()"))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_delete(self->idx, id);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc)
         return keel_py_raise(rc);
     Py_RETURN_NONE;
@@ -719,18 +378,18 @@ simple_call(IndexObject *self, int (*fn)(keel_index *), const char *name,
 {
     char what[32];
     snprintf(what, sizeof what, "%s()", name);
-    if (enter(self, what))
+    if (keel_py_enter(self, what))
         return NULL;
     struct busy b;
     if (runs_handlers)
-        busy_push(&b, self, name);
+        keel_py_busy_push(&b, self, name);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = fn(self->idx);
     Py_END_ALLOW_THREADS
     if (runs_handlers)
-        busy_pop(&b);
-    leave(self);
+        keel_py_busy_pop(&b);
+    keel_py_leave(self);
     if (rc)
         return keel_py_raise(rc);
     Py_RETURN_NONE;
@@ -863,20 +522,20 @@ index_search(IndexObject *self, PyObject *const *args, Py_ssize_t nargs,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 0, "search()"))
+    if (keel_py_enter_vectors(self, q, 0, "search()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
     int rc;
     struct busy b;
     if (self->remote)
-        busy_push(&b, self, "search");
+        keel_py_busy_push(&b, self, "search");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search(self->idx, qp, s.k, &s.p, out, &n);
     Py_END_ALLOW_THREADS
     if (self->remote)
-        busy_pop(&b);
-    leave(self);
+        keel_py_busy_pop(&b);
+    keel_py_leave(self);
     if (rc) {
         keel_py_raise(rc);
         goto done;
@@ -922,19 +581,19 @@ index_search_batch(IndexObject *self, PyObject *const *args,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 1, "search_batch()"))
+    if (keel_py_enter_vectors(self, q, 1, "search_batch()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     int rc;
     struct busy b;
     if (self->remote)
-        busy_push(&b, self, "search_batch");
+        keel_py_busy_push(&b, self, "search_batch");
     Py_BEGIN_ALLOW_THREADS
     rc = keel_search_batch(self->idx, qp, (size_t)nq, s.k, &s.p, out, got);
     Py_END_ALLOW_THREADS
     if (self->remote)
-        busy_pop(&b);
-    leave(self);
+        keel_py_busy_pop(&b);
+    keel_py_leave(self);
     if (rc) {
         keel_py_raise(rc);
         goto done;
@@ -1002,7 +661,7 @@ index_search_radius(IndexObject *self, PyObject *const *args,
         PyErr_NoMemory();
         goto done;
     }
-    if (enter_vectors(self, q, 0, "search_radius()"))
+    if (keel_py_enter_vectors(self, q, 0, "search_radius()"))
         goto done;
     const float *qp = PyArray_DATA(q);
     size_t n = 0;
@@ -1011,7 +670,7 @@ index_search_radius(IndexObject *self, PyObject *const *args,
     rc = keel_search_radius(self->idx, qp, (float)r, (size_t)cap, &p, out,
                             &n);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc) {
         keel_py_raise(rc);
         goto done;
@@ -1031,13 +690,13 @@ index_get(IndexObject *self, PyObject *arg)
     uint64_t id;
     if (!keel_py_one_id(arg))
         return index_get_many(self, arg);
-    if (keel_py_get_id(arg, "get", &id) || enter(self, "get()"))
+    if (keel_py_get_id(arg, "get", &id) || keel_py_enter(self, "get()"))
         return NULL;
     npy_intp dim = (npy_intp)self->dim;
     PyArrayObject *v = (PyArrayObject *)PyArray_SimpleNew(1, &dim,
                                                           NPY_FLOAT32);
     if (!v) {
-        leave(self);
+        keel_py_leave(self);
         return NULL;
     }
     float *vp = PyArray_DATA(v);
@@ -1045,7 +704,7 @@ index_get(IndexObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_get(self->idx, id, vp);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc) {
         Py_DECREF(v);
         return keel_py_raise(rc);
@@ -1061,16 +720,16 @@ static int
 index_contains(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
-    if (check_usable(self, "the in operator"))
+    if (keel_py_check_usable(self, "the in operator"))
         return -1;
     int is_id = keel_py_key_id(arg, &id);
     if (is_id <= 0)
         return is_id;
-    if (enter(self, "the in operator"))
+    if (keel_py_enter(self, "the in operator"))
         return -1;
     float *buf = PyMem_Malloc(self->dim * sizeof *buf);
     if (!buf) {
-        leave(self);
+        keel_py_leave(self);
         PyErr_NoMemory();
         return -1;
     }
@@ -1078,7 +737,7 @@ index_contains(IndexObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_get(self->idx, id, buf);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     PyMem_Free(buf);
     if (rc == KEEL_ENOTFOUND)
         return 0;
@@ -1092,13 +751,13 @@ index_contains(IndexObject *self, PyObject *arg)
 static Py_ssize_t
 index_len(IndexObject *self)
 {
-    if (enter(self, "len()"))
+    if (keel_py_enter(self, "len()"))
         return -1;
     uint64_t n;
     Py_BEGIN_ALLOW_THREADS
     n = keel_count(self->idx);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     return (Py_ssize_t)n;
 }
 
@@ -1106,14 +765,14 @@ static PyObject *
 index_pending(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self, "_pending()"))
+    if (keel_py_enter(self, "_pending()"))
         return NULL;
     uint64_t adds = 0, deletes = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_pending(self->idx, &adds, &deletes);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc)
         return keel_py_raise(rc);
     return Py_BuildValue("(KK)", (unsigned long long)adds,
@@ -1124,14 +783,14 @@ static PyObject *
 index_stats(IndexObject *self, PyObject *unused)
 {
     (void)unused;
-    if (enter(self, "stats()"))
+    if (keel_py_enter(self, "stats()"))
         return NULL;
     keel_stats st;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = keel_stat(self->idx, &st);
     Py_END_ALLOW_THREADS
-    leave(self);
+    keel_py_leave(self);
     if (rc)
         return keel_py_raise(rc);
     return Py_BuildValue(
@@ -1211,7 +870,7 @@ static PyObject *
 get_inherited(IndexObject *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(inherited(self));
+    return PyBool_FromLong(keel_py_inherited(self));
 }
 
 /* The call this thread is inside on self, running a signal handler
@@ -1220,9 +879,9 @@ static PyObject *
 get_busy(IndexObject *self, void *closure)
 {
     (void)closure;
-    for (const struct busy *b = busy_top; b; b = b->prev)
-        if (b->obj == (const void *)self)
-            return PyUnicode_FromString(b->call);
+    const char *call = keel_py_busy_call(self);
+    if (call)
+        return PyUnicode_FromString(call);
     Py_RETURN_NONE;
 }
 
@@ -1251,11 +910,11 @@ static PyGetSetDef index_getset[] = {
 #define FAST (METH_FASTCALL | METH_KEYWORDS)
 
 static PyMethodDef index_methods[] = {
-    {"_open", (PyCFunction)index_open, METH_VARARGS,
+    {"_open", (PyCFunction)keel_py_index_open, METH_VARARGS,
      "_open(path, dim, metric, precision, codes, M, ef_construction, "
      "ef_search, threads, flags, reader, cache_dir=None, cache_bytes=0, "
      "memory_cache_bytes=0): internal; use VectorIndex or IndexReader."},
-    {"close", (PyCFunction)index_close, METH_NOARGS,
+    {"close", (PyCFunction)keel_py_index_close, METH_NOARGS,
      "close()\n--\n\nClose the handle; unflushed changes are lost. Calling "
      "it again does nothing."},
     {"add", (PyCFunction)(void (*)(void))index_add, FAST,
@@ -1334,9 +993,9 @@ static PyTypeObject IndexType = {
     .tp_basicsize = sizeof(IndexObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A keel index handle (base of keel.VectorIndex).",
-    .tp_new = index_new,
-    .tp_dealloc = (destructor)index_dealloc,
-    .tp_traverse = (traverseproc)index_traverse,
+    .tp_new = keel_py_index_new,
+    .tp_dealloc = (destructor)keel_py_index_dealloc,
+    .tp_traverse = (traverseproc)keel_py_index_traverse,
     .tp_weaklistoffset = offsetof(IndexObject, weakrefs),
     .tp_methods = index_methods,
     .tp_getset = index_getset,
@@ -1423,8 +1082,6 @@ PyInit__keel(void)
         Py_DECREF(m);
         return NULL;
     }
-    static int forked_hook;
-    if (!forked_hook++)
-        pthread_atfork(NULL, NULL, after_fork_child);
+    keel_py_handle_init();
     return m;
 }
