@@ -151,7 +151,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5
 # commands as written, against a gateway the guide starts (about 60 s). (`make test` runs the same binaries without a
 # server: only their tests that need none.)
 OBJSTORE_TESTS = $(BUILD)/test/test_s3 $(BUILD)/test/test_publish $(BUILD)/test/test_remote \
-                 $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel
+                 $(BUILD)/test/test_remote_faults $(BUILD)/test/test_remote_cancel \
+                 $(BUILD)/test/test_remote_memory
 
 test-objstore: $(OBJSTORE_TESTS) $(BUILD)/keel python $(BUILD)/test/no_userfaultfd
 	$(MAKE) test-objstore-run
@@ -261,11 +262,15 @@ test-hnswlib: python
 test-bins: all $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/test/mkhdf5 $(OBJSTORE_TESTS) \
            $(BUILD)/test/no_userfaultfd
 
+# build/tsan/test/test_remote_concurrent: publish and prune beside a URL
+# reader's searches and refreshes under TSan (tools/check.sh runs it against
+# a gateway of its own).
 check-bins:
 	$(MAKE) test-bins
 	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test-bins
 	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 build/tsan/libkeel.a \
-	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c))
+	    $(patsubst test/%.c,build/tsan/test/%,$(wildcard test/test_concurrent*.c)) \
+	    build/tsan/test/test_remote_concurrent
 	$(MAKE) python
 
 # The README's second command: installs what the tests need, builds every

@@ -40,6 +40,9 @@ PY=${PYTHON:-/usr/bin/python3}
         n=$(basename "$t" .c)
         printf 'tsan/%s\tKEEL_TSAN=1 build/tsan/test/%s\n' "$n" "$n"
     done
+    # publish and prune beside a URL reader's threads, under TSan, against
+    # a gateway of its own
+    printf 'tsan/test_remote_concurrent\tKEEL_TSAN=1 bash test/objstore/run.sh build/tsan/test/test_remote_concurrent\n'
     for b in build/asan build; do
         san=; [ "$b" = build/asan ] && san=address,undefined
         p=${b#build}; p=${p#/}; p=${p:+$p/}

@@ -248,12 +248,44 @@ evict_idle(keel_cache *c)
     pthread_rwlock_unlock(&c->gate);
 }
 
+/* Calls of this thread that hold a cache's gate now (any cache's). */
+static _Thread_local unsigned gate_held;
+
+/* Without a userfaultfd, at the start of a call over the bound: the first
+** such call holds new calls off (draining), waits for the running ones to
+** end and evicts; the others wait for it. Calls that never all end at once
+** then cannot put eviction off for ever (cache.h invariant 8). */
+static void
+evict_drain(keel_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->draining) {
+        while (c->draining)
+            pthread_cond_wait(&c->drained, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    c->draining = 1;
+    pthread_mutex_unlock(&c->mu);
+    pthread_rwlock_wrlock(&c->gate);
+    pthread_mutex_lock(&c->mu);
+    evict_locked(c);
+    c->draining = 0;
+    pthread_cond_broadcast(&c->drained);
+    pthread_mutex_unlock(&c->mu);
+    pthread_rwlock_unlock(&c->gate);
+}
+
 uint64_t
 keel__cache_begin(keel_cache *c)
 {
     if (c->uffd < 0) {
-        evict_idle(c);
+        if (KEEL_LOAD_RELAXED(&c->resident) > c->mem_limit && !gate_held)
+            evict_drain(c);
+        else
+            evict_idle(c);
         pthread_rwlock_rdlock(&c->gate);
+        gate_held++;
     }
     if (KEEL_LOAD_ACQUIRE(&c->npoison)) {
         pthread_mutex_lock(&c->mu);
@@ -284,6 +316,7 @@ keel__cache_end(keel_cache *c, uint64_t gen, int rc)
                 rc = hrc;
         }
         pthread_rwlock_unlock(&c->gate);
+        gate_held--;
         evict_idle(c);
     }
     if (KEEL_LIKELY(KEEL_LOAD_ACQUIRE(&c->gen) == gen))
@@ -623,6 +656,7 @@ keel__cache_alloc(void)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->fetched, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&c->drained, NULL);
     return c;
 }
 
@@ -751,6 +785,7 @@ keel__cache_close(keel_cache *c)
         pthread_cond_destroy(&c->wq_cond);
         pthread_mutex_destroy(&c->wq_lock);
         pthread_cond_destroy(&c->fetched);
+        pthread_cond_destroy(&c->drained);
         pthread_rwlock_destroy(&c->gate);
     }
     keel__free(c);

@@ -71,10 +71,17 @@
 **       check and warm's own reads all announce theirs (store/pagein.c,
 **       hnsw/search.c, api/).
 **   (8) Without a userfaultfd, installs never evict: eviction runs with
-**       the gate held exclusively, which keel__cache_end takes (never
-**       waiting) when the last running call ends over the bound, so a
-**       granule in at any point of a call stays in until it ends. Memory
-**       exceeds the bound by at most what running calls brought in.
+**       the gate held exclusively, so a granule in at any point of a call
+**       stays in until it ends. keel__cache_end takes it (never waiting)
+**       when the last running call ends over the bound; a call that
+**       begins over the bound waits for it instead (one such call takes
+**       the gate, the others wait for its eviction, and no new call
+**       begins meanwhile): calls that overlap without end (threads
+**       searching one after another) cannot put eviction off for ever.
+**       Memory exceeds the bound by at most what running calls brought
+**       in; a call that begins over the bound first waits for the calls
+**       running then to end. (A call made inside another on the same
+**       thread never waits: it would wait for itself.)
 */
 #ifndef KEEL_CACHE_H
 #define KEEL_CACHE_H
@@ -183,6 +190,9 @@ typedef struct keel_cache {
     char no_uffd[256];         /* why there is none ("" while there is) */
     pthread_rwlock_t gate;     /* without one: calls shared, eviction
                                   exclusive (invariant 8) */
+    int draining;              /* under mu: a call over the bound waits
+                                  for the gate to evict (invariant 8) */
+    pthread_cond_t drained;    /* with mu: broadcast when it has */
     pthread_t thread;
     int thread_started;
     int stop;                  /* atomic */

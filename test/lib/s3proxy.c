@@ -80,6 +80,8 @@ struct s3proxy {
     conn *conns;
     unsigned fail_skip, fail_left, stall_left; /* the schedule */
     unsigned stall_skip;
+    unsigned every, every_seen; /* fail_every: each every-th request */
+    int every_status;
     int fail_status, only_gets;
     char only_key[256];  /* faults only to targets holding it ("" all) */
     int head_ok;         /* answer every HEAD 200 itself */
@@ -412,6 +414,9 @@ decide(s3proxy *p, int is_get, const char *target, int *status,
                 *cut = p->cut_bytes;
                 act = p->cutting ? CUT : FAIL;
             }
+        } else if (p->every && ++p->every_seen % p->every == 0) {
+            *status = p->every_status;
+            act = FAIL;
         }
     }
     pthread_mutex_unlock(&p->mu);
@@ -813,6 +818,16 @@ s3proxy_fail_next(s3proxy *p, unsigned n, int status)
 }
 
 void
+s3proxy_fail_every(s3proxy *p, unsigned k, int status)
+{
+    pthread_mutex_lock(&p->mu);
+    p->every = k;
+    p->every_seen = 0;
+    p->every_status = status;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void
 s3proxy_fail_only_gets(s3proxy *p, int on)
 {
     pthread_mutex_lock(&p->mu);
@@ -854,6 +869,7 @@ s3proxy_clear(s3proxy *p)
 {
     pthread_mutex_lock(&p->mu);
     p->fail_skip = p->fail_left = p->stall_left = p->stall_skip = 0;
+    p->every = 0;
     pthread_mutex_unlock(&p->mu);
 }
 

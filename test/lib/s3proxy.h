@@ -24,6 +24,9 @@
 **                   `Expect: 100-continue` request, whose body never
 **                   comes: that answer closes the connection
 **   fail_after(k, n, s)  let k requests through first, then as fail_next
+**   fail_every(k, s)  answer every k-th request with status s, until
+**                   cleared (a storm that fails a share, 1/k, of what
+**                   comes, retries and all); the schedule below goes first
 **   cut_after(k, n, b)   let k requests through, then forward n more but
 **                   cut each one's answer after its first b bytes (head
 **                   and body; 0: all of it) and close the connection: the
@@ -80,13 +83,15 @@ void s3proxy_fail_next(s3proxy *p, unsigned n, int status);
 void s3proxy_fail_after(s3proxy *p, unsigned skip, unsigned n, int status);
 void s3proxy_cut_after(s3proxy *p, unsigned skip, unsigned n,
                        uint64_t bytes);
+void s3proxy_fail_every(s3proxy *p, unsigned k, int status);
 void s3proxy_fail_only_gets(s3proxy *p, int on);
 void s3proxy_fail_only_key(s3proxy *p, const char *part);
 void s3proxy_head_always_ok(s3proxy *p, int on);
 void s3proxy_stall_next(s3proxy *p, unsigned n);
 /* Lets skip requests through first, then as stall_next. */
 void s3proxy_stall_after(s3proxy *p, unsigned skip, unsigned n);
-/* Cancels pending fails, cuts and stalls (not the delay). */
+/* Cancels pending fails, cuts and stalls, and fail_every (not the
+** delay). */
 void s3proxy_clear(s3proxy *p);
 
 void s3proxy_counters_get(s3proxy *p, s3proxy_counters *out);
