@@ -179,6 +179,15 @@ test_path(const char *name)
     return found;
 }
 
+/* A directory under the test directory, made if missing (test_path's). */
+static inline const char *
+test_subdir(const char *name)
+{
+    const char *p = test_path(name);
+    mkdir(p, 0700);
+    return p;
+}
+
 static inline void
 test_rm_rf(const char *path)
 {

@@ -11,6 +11,7 @@
 #define OBJSTORE_AREA "test-publish"
 #include "lib/objstore.h"
 #include "lib/testdata.h"
+#include "lib/objects.h"
 
 #include "base/internal.h"
 #include "api/api.h"
@@ -376,27 +377,6 @@ TEST(publishing_to_a_missing_bucket_names_it)
     keel_close(idx);
 }
 
-/* Objects under url's prefix whose key has part in it. */
-static size_t
-count_objects(const char *url, const char *part)
-{
-    char b[64], prefix[1024];
-    keel_s3 *s3;
-    keel_s3_entry *e;
-    size_t n = 0, k = 0;
-    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
-        keel__s3_open(NULL, &s3))
-        return SIZE_MAX;
-    if (keel__s3_list(s3, b, prefix, &e, &n) == KEEL_OK)
-        for (size_t i = 0; i < n; i++)
-            k += strstr(e[i].key, part) != NULL;
-    else
-        k = SIZE_MAX;
-    keel__s3_list_free(e, n);
-    keel__s3_close(s3);
-    return k;
-}
-
 static void
 copy_file(const char *from, const char *to)
 {
@@ -424,7 +404,7 @@ TEST(prune_keeps_the_newest_versions_and_removes_the_rest)
         snprintf(snap[v], sizeof snap[v], "prune-v%d.keel", v + 1);
         copy_file(path, test_path(snap[v]));
     }
-    size_t packs_before = count_objects(url, "/pack/");
+    size_t packs_before = obj_count(url, "/pack/");
     keel_index *pinned = NULL;
     int remote = keel_open_reader(url, NULL, &pinned) == KEEL_OK;
     CHECK_ERR(keel_prune(url, 0, NULL), KEEL_EINVAL);
@@ -432,10 +412,10 @@ TEST(prune_keeps_the_newest_versions_and_removes_the_rest)
     uint64_t removed = 0;
     keel_prune_options o = {.removed = &removed};
     CHECK_OK(keel_prune(url, 2, &o));
-    size_t packs_after = count_objects(url, "/pack/");
+    size_t packs_after = obj_count(url, "/pack/");
     printf("     prune keep 2 of 5: %" PRIu64 " objects removed, packs %zu "
            "-> %zu\n", removed, packs_before, packs_after);
-    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK_EQ(obj_count(url, "/manifest/"), 2);
     CHECK(packs_after < packs_before);
     CHECK(removed >= 3 + (packs_before - packs_after));
     for (int v = 3; v < 5; v++) { /* the kept versions equal their files */
@@ -506,7 +486,7 @@ TEST(a_publisher_killed_midway_leaves_nothing_adopted)
         /* A publish killed after its commit point (the manifest's create)
          * has published: version 2 exists, whole. Any other kill leaves
          * version 1 the newest. */
-        size_t manifests = count_objects(url, "/manifest/");
+        size_t manifests = obj_count(url, "/manifest/");
         CHECK(manifests == 1 || manifests == 2);
         if (manifests == 2) {
             completed = 1;
@@ -541,68 +521,6 @@ TEST(a_publisher_killed_midway_leaves_nothing_adopted)
 
 /* --- versions: the hint, the listing, the manifest's own number ---------- */
 
-/* The version a URL reader pins. */
-static uint64_t
-seq_of(keel_index *r)
-{
-    keel_cache_counters n;
-    return keel__remote_counters(r, &n) == KEEL_OK ? n.seq : UINT64_MAX;
-}
-
-/* A client and the bucket and key of url's object rest ("latest",
-** "manifest/<20 digits>"). */
-static keel_s3 *
-object_of(const char *url, const char *rest, char *b, char *key, size_t cap)
-{
-    char prefix[1024];
-    keel_s3 *s3 = NULL;
-    if (keel__s3_url_parse(url, b, 64, prefix, sizeof prefix) ||
-        keel__s3_open(NULL, &s3))
-        return NULL;
-    snprintf(key, cap, "%s/%s", prefix, rest);
-    return s3;
-}
-
-/* Puts text at url's object rest (NULL: deletes it). */
-static int
-set_object(const char *url, const char *rest, const void *text, size_t len)
-{
-    char b[64], key[1400];
-    keel_s3 *s3 = object_of(url, rest, b, key, sizeof key);
-    if (!s3)
-        return KEEL_EIO;
-    int rc = text ? keel__s3_put(s3, b, key, text, len, 0, NULL)
-                  : keel__s3_delete(s3, b, key);
-    keel__s3_close(s3);
-    return rc;
-}
-
-/* The version url's latest hint names (0: none or unreadable). */
-static uint64_t
-hint_of(const char *url)
-{
-    char b[64], key[1400];
-    keel_s3 *s3 = object_of(url, "latest", b, key, sizeof key);
-    void *d;
-    size_t n;
-    uint64_t v = 0;
-    if (s3 && keel__s3_get(s3, b, key, NULL, 64, &d, &n, NULL) == KEEL_OK) {
-        v = keel__latest_parse(d, n);
-        keel__free(d);
-    }
-    keel__s3_close(s3);
-    return v;
-}
-
-static void
-add_flush(keel_index *w, size_t n, size_t dim, uint64_t seed)
-{
-    float *x = td_random(n, dim, seed);
-    CHECK_OK(keel_add_batch(w, x, n, NULL, NULL));
-    CHECK_OK(keel_flush(w));
-    free(x);
-}
-
 /* Publish three versions, prune keeping one, delete `latest`, open a
 ** reader: the newest version; publish: version 4, not a second version 1;
 ** prune keeping one: version 4 stays, and a reader opens its data. */
@@ -614,32 +532,32 @@ TEST(a_lost_hint_after_a_prune_never_forks_the_versions)
     char url[256];
     url_of(url, sizeof url, "fork");
     for (int v = 0; v < 3; v++) {
-        add_flush(w, 300, DIM, 200 + (uint64_t)v);
+        CHECK_OK(obj_add_flush(w, 300, DIM, 200 + (uint64_t)v));
         CHECK_OK(keel_publish(w, url, NULL));
     }
     /* a stale hint, naming a version prune removes: prune rewrites it */
-    CHECK_OK(set_object(url, "latest", "1\n", 2));
+    CHECK_OK(obj_set(url, "latest", "1\n", 2));
     CHECK_OK(keel_prune(url, 1, NULL));
-    CHECK_EQ(count_objects(url, "/manifest/"), 1);
-    CHECK_EQ(hint_of(url), 3);
-    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
+    CHECK_EQ(obj_hint(url), 3);
+    CHECK_OK(obj_set(url, "latest", NULL, 0));
     CHECK_OK(keel_open_reader(url, NULL, &r));
-    CHECK_EQ(seq_of(r), 3);
+    CHECK_EQ(reader_counters(r).seq, 3);
     CHECK_EQ(keel_count(r), 900);
-    add_flush(w, 300, DIM, 210);
+    CHECK_OK(obj_add_flush(w, 300, DIM, 210));
     CHECK_OK(keel_publish(w, url, NULL));
-    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK_EQ(obj_count(url, "/manifest/"), 2);
     CHECK(download(url, 1, test_path("fork-1.keel")) == KEEL_ENOTFOUND);
     CHECK_OK(download(url, 4, test_path("fork-4.keel")));
     CHECK_OK(keel_refresh(r));
-    CHECK_EQ(seq_of(r), 4);
+    CHECK_EQ(reader_counters(r).seq, 4);
     CHECK_EQ(keel_count(r), 1200);
-    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(obj_set(url, "latest", NULL, 0));
     CHECK_OK(keel_prune(url, 1, NULL));
-    CHECK_EQ(count_objects(url, "/manifest/"), 1);
-    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
+    CHECK_OK(obj_set(url, "latest", NULL, 0));
     CHECK_OK(keel_open_reader(url, NULL, &r2));
-    CHECK_EQ(seq_of(r2), 4);
+    CHECK_EQ(reader_counters(r2).seq, 4);
     CHECK_EQ(keel_count(r2), 1200);
     CHECK(same_results(w, r2, 211));
     keel_close(r2);
@@ -652,7 +570,7 @@ static long
 object_bytes(const char *url, const char *rest, char *buf, size_t cap)
 {
     char b[64], key[1400];
-    keel_s3 *s3 = object_of(url, rest, b, key, sizeof key);
+    keel_s3 *s3 = obj_client(url, rest, b, key, sizeof key);
     void *d;
     size_t n;
     long got = -1;
@@ -678,7 +596,7 @@ TEST(an_unchanged_republish_makes_no_version)
     url_of(url, sizeof url, "same");
     keel_index *w, *r, *c;
     CHECK_OK(keel_open(path, DIM, NULL, &w));
-    add_flush(w, 300, DIM, 400);
+    CHECK_OK(obj_add_flush(w, 300, DIM, 400));
     uint64_t up = 0, version = 0;
     int unchanged = -1;
     keel_publish_options o = {.uploaded = &up, .version = &version,
@@ -686,23 +604,23 @@ TEST(an_unchanged_republish_makes_no_version)
     CHECK_OK(keel_publish(w, url, &o));
     CHECK(up > 0 && version == 1 && unchanged == 0);
     /* a right hint, in bytes publish would not write: left as it is */
-    CHECK_OK(set_object(url, "latest", "1 \n", 3));
-    size_t objects = count_objects(url, "/");
+    CHECK_OK(obj_set(url, "latest", "1 \n", 3));
+    size_t objects = obj_count(url, "/");
     up = 1, version = 0, unchanged = -1;
     CHECK_OK(keel_publish(w, url, &o));
     CHECK_EQ(up, 0);
     CHECK_EQ(version, 1);
     CHECK_EQ(unchanged, 1);
-    CHECK_EQ(count_objects(url, "/manifest/"), 1);
-    CHECK_EQ(count_objects(url, "/"), objects);
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
+    CHECK_EQ(obj_count(url, "/"), objects);
     CHECK_EQ(object_bytes(url, "latest", text, sizeof text), 3);
     /* a missing hint, and one naming no version, are put right */
-    CHECK_OK(set_object(url, "latest", NULL, 0));
+    CHECK_OK(obj_set(url, "latest", NULL, 0));
     CHECK_OK(keel_publish(w, url, &o));
-    CHECK(unchanged == 1 && version == 1 && hint_of(url) == 1);
-    CHECK_OK(set_object(url, "latest", "7\n", 2));
+    CHECK(unchanged == 1 && version == 1 && obj_hint(url) == 1);
+    CHECK_OK(obj_set(url, "latest", "7\n", 2));
     CHECK_OK(keel_publish(w, url, &o));
-    CHECK(unchanged == 1 && version == 1 && hint_of(url) == 1);
+    CHECK(unchanged == 1 && version == 1 && obj_hint(url) == 1);
     /* a reader of the file says the same */
     CHECK_OK(keel_open_reader(path, NULL, &r));
     unchanged = -1;
@@ -713,15 +631,15 @@ TEST(an_unchanged_republish_makes_no_version)
     CHECK_OK(keel_flush(w));
     CHECK_OK(keel_publish(w, url, &o));
     CHECK(unchanged == 0 && version == 2 && up > 0);
-    CHECK_EQ(count_objects(url, "/manifest/"), 2);
+    CHECK_EQ(obj_count(url, "/manifest/"), 2);
     CHECK_OK(keel_publish(r, url, &o));
     CHECK(unchanged == 1 && version == 2 && up == 0);
     keel_close(r);
     /* a copy with the same header fields over other vectors: a version */
     CHECK_OK(keel_backup(w, test_path("same-copy.keel")));
     CHECK_OK(keel_open(test_path("same-copy.keel"), DIM, NULL, &c));
-    add_flush(w, 10, DIM, 401);
-    add_flush(c, 10, DIM, 402);
+    CHECK_OK(obj_add_flush(w, 10, DIM, 401));
+    CHECK_OK(obj_add_flush(c, 10, DIM, 402));
     keel_stats sw, sc;
     CHECK_OK(keel_stat(w, &sw));
     CHECK_OK(keel_stat(c, &sc));
@@ -771,7 +689,7 @@ TEST(versions_are_listed_and_a_reader_names_its_own)
     CHECK_EQ(s.n, 0);
     double t0 = (double)time(NULL);
     for (int v = 0; v < 3; v++) {
-        add_flush(w, 200, DIM, 500 + (uint64_t)v);
+        CHECK_OK(obj_add_flush(w, 200, DIM, 500 + (uint64_t)v));
         CHECK_OK(keel_publish(w, url, NULL));
     }
     CHECK_OK(keel_list_versions(url, see_version, &s));
@@ -786,7 +704,7 @@ TEST(versions_are_listed_and_a_reader_names_its_own)
               s.v[i].modified_ms < (int64_t)(t0 + 60) * 1000);
     }
     /* a hint naming no version marks none; a stop is returned */
-    CHECK_OK(set_object(url, "latest", "9\n", 2));
+    CHECK_OK(obj_set(url, "latest", "9\n", 2));
     s = (struct seen){.stop = 2};
     CHECK_EQ(keel_list_versions(url, see_version, &s), 42);
     CHECK(s.n == 2 && !s.v[0].hinted && !s.v[1].hinted);
@@ -795,7 +713,7 @@ TEST(versions_are_listed_and_a_reader_names_its_own)
     CHECK_OK(keel_open_reader(url, NULL, &r));
     CHECK_OK(keel_published_version(r, &seq));
     CHECK_EQ(seq, 3);
-    add_flush(w, 200, DIM, 510);
+    CHECK_OK(obj_add_flush(w, 200, DIM, 510));
     CHECK_OK(keel_publish(w, url, NULL));
     CHECK_OK(keel_refresh(r));
     CHECK_OK(keel_published_version(r, &seq));
@@ -819,30 +737,30 @@ TEST(a_manifest_that_claims_another_version_is_refused)
     CHECK_OK(keel_open(test_path("claim.keel"), DIM, NULL, &w));
     char url[256], b[64], key[1400];
     url_of(url, sizeof url, "claim");
-    add_flush(w, 500, DIM, 220);
+    CHECK_OK(obj_add_flush(w, 500, DIM, 220));
     CHECK_OK(keel_publish(w, url, NULL));
-    add_flush(w, 100, DIM, 221);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 221));
     CHECK_OK(keel_publish(w, url, NULL));
-    keel_s3 *s3 = object_of(url, "manifest/00000000000000000001", b, key,
+    keel_s3 *s3 = obj_client(url, "manifest/00000000000000000001", b, key,
                             sizeof key);
     CHECK(s3 != NULL);
     void *m1;
     size_t len;
     CHECK_OK(keel__s3_get(s3, b, key, NULL, KEEL_MAN_MAX_BYTES, &m1, &len,
                           NULL));
-    CHECK_OK(set_object(url, "manifest/00000000000000000003", m1, len));
-    CHECK_OK(set_object(url, "latest", "3\n", 2));
+    CHECK_OK(obj_set(url, "manifest/00000000000000000003", m1, len));
+    CHECK_OK(obj_set(url, "latest", "3\n", 2));
     CHECK_ERR(keel_open_reader(url, NULL, &r), KEEL_ECORRUPT);
     CHECK_MSG_HAS("says it is version 1");
     CHECK_ERR(keel_publish(w, url, NULL), KEEL_ECORRUPT);
     CHECK_MSG_HAS("says it is version 1");
-    CHECK_EQ(count_objects(url, "/manifest/"), 3);
+    CHECK_EQ(obj_count(url, "/manifest/"), 3);
     /* the impostor gone, the next version is 3 and holds the data */
-    CHECK_OK(set_object(url, "manifest/00000000000000000003", NULL, 0));
-    add_flush(w, 100, DIM, 222);
+    CHECK_OK(obj_set(url, "manifest/00000000000000000003", NULL, 0));
+    CHECK_OK(obj_add_flush(w, 100, DIM, 222));
     CHECK_OK(keel_publish(w, url, NULL));
     CHECK_OK(keel_open_reader(url, NULL, &r));
-    CHECK_EQ(seq_of(r), 3);
+    CHECK_EQ(reader_counters(r).seq, 3);
     CHECK_EQ(keel_count(r), 700);
     CHECK(same_results(w, r, 223));
     keel_close(r);
@@ -861,9 +779,9 @@ TEST(another_index_over_a_prefix_needs_replace_and_readers_keep_theirs)
     CHECK_OK(keel_open(test_path("rep-a.keel"), 4, NULL, &a));
     CHECK_OK(keel_open(test_path("rep-b.keel"), 64, NULL, &b));
     CHECK_OK(keel_open(test_path("rep-c.keel"), 4, NULL, &c));
-    add_flush(a, 500, 4, 230);
-    add_flush(b, 300, 64, 231);
-    add_flush(c, 200, 4, 232);
+    CHECK_OK(obj_add_flush(a, 500, 4, 230));
+    CHECK_OK(obj_add_flush(b, 300, 64, 231));
+    CHECK_OK(obj_add_flush(c, 200, 4, 232));
     char url[256];
     url_of(url, sizeof url, "replace");
     CHECK_OK(keel_publish(a, url, NULL));
@@ -876,23 +794,23 @@ TEST(another_index_over_a_prefix_needs_replace_and_readers_keep_theirs)
     CHECK_MSG_HAS("replace");
     CHECK_ERR(keel_publish(c, url, NULL), KEEL_EOPTIONS);
     CHECK_MSG_HAS("another index");
-    CHECK_EQ(count_objects(url, "/manifest/"), 1);
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
     /* a later version of the same index is no replacement */
-    add_flush(a, 10, 4, 233);
+    CHECK_OK(obj_add_flush(a, 10, 4, 233));
     CHECK_OK(keel_publish(a, url, NULL));
     CHECK_OK(keel_refresh(r));
-    CHECK_EQ(seq_of(r), 2);
+    CHECK_EQ(reader_counters(r).seq, 2);
     CHECK_EQ(keel_count(r), 510);
     keel_publish_options po = {.replace = 1};
     CHECK_OK(keel_publish(b, url, &po));
-    CHECK_EQ(count_objects(url, "/manifest/"), 3);
+    CHECK_EQ(obj_count(url, "/manifest/"), 3);
     for (int round = 0; round < 2; round++) { /* and again, not refetched */
         CHECK_ERR(keel_refresh(r), KEEL_EDIM);
         CHECK_MSG_HAS("another index");
         CHECK_MSG_HAS("version 3");
         CHECK_MSG_HAS("help: ");
         CHECK_EQ(keel_dim(r), 4);
-        CHECK_EQ(seq_of(r), 2);
+        CHECK_EQ(reader_counters(r).seq, 2);
         CHECK_EQ(keel_count(r), 510);
         CHECK(same_results_dim(a, r, 4, 234 + (uint64_t)round));
     }

@@ -10,6 +10,7 @@
 #define OBJSTORE_AREA "test-remote"
 #include "lib/objstore.h"
 #include "lib/testdata.h"
+#include "lib/objects.h"
 
 #include "base/internal.h"
 #include "api/api.h"
@@ -33,38 +34,13 @@
 #define K 10
 #define G KEEL_CACHE_GRANULE
 
-/* A fresh directory under the test directory. */
-static const char *
-dir_of(const char *name)
-{
-    const char *p = test_path(name);
-    mkdir(p, 0700);
-    return p;
-}
-
-static uint64_t
-counter(keel_index *r, int which)
-{
-    keel_cache_counters n;
-    if (keel__remote_counters(r, &n) != KEEL_OK)
-        return UINT64_MAX;
-    switch (which) {
-    case 0: return n.gets;
-    case 1: return n.evictions;
-    case 2: return n.disk_hits;
-    case 3: return n.faults;
-    case 5: return n.meta_gets;
-    case 6: return n.rounds;
-    default: return n.seq;
-    }
-}
-#define GETS(r) counter(r, 0)
-#define EVICTIONS(r) counter(r, 1)
-#define DISK_HITS(r) counter(r, 2)
-#define FAULTS(r) counter(r, 3)
-#define SEQ(r) counter(r, 4)
-#define META_GETS(r) counter(r, 5)
-#define ROUNDS(r) counter(r, 6)
+#define GETS(r) reader_counters(r).gets
+#define EVICTIONS(r) reader_counters(r).evictions
+#define DISK_HITS(r) reader_counters(r).disk_hits
+#define FAULTS(r) reader_counters(r).faults
+#define SEQ(r) reader_counters(r).seq
+#define META_GETS(r) reader_counters(r).meta_gets
+#define ROUNDS(r) reader_counters(r).rounds
 
 /* Builds an index of n vectors at path (options o) and publishes it to
 ** url. */
@@ -122,19 +98,6 @@ warm_finished(keel_index *r)
     return !keel__warm_running(r);
 }
 
-/* The bucket (b, 64 bytes) and key of url's `latest` hint, and a client
-** to write it with. */
-static int
-hint_key(const char *url, char *b, char *key, size_t cap, keel_s3 **s3)
-{
-    char prefix[1024];
-    int rc = keel__s3_url_parse(url, b, 64, prefix, sizeof prefix);
-    if (rc)
-        return rc;
-    keel__latest_key(key, cap, prefix);
-    return keel__s3_open(NULL, s3);
-}
-
 /* Searches both handles with the same nq queries (and params): equal ids
 ** and distance bits; 1 if so. */
 static int
@@ -183,7 +146,7 @@ results_hash(keel_index *r, uint64_t seed, int *rc)
 
 TEST(the_disk_cache_is_checked_bounded_and_shared_by_name)
 {
-    const char *dir = dir_of("disk");
+    const char *dir = test_subdir("disk");
     keel_disk *d;
     CHECK_OK(keel__disk_open(dir, 4 * KEEL_DISK_PAGE, &d));
     uint8_t *page = malloc(KEEL_DISK_PAGE), *back = malloc(KEEL_DISK_PAGE);
@@ -469,7 +432,7 @@ TEST(a_url_searches_like_the_file)
                            .codes = kinds[k].c};
         keel_index *w = build_opts(test_path(file), url, &bo, 100 + k, N);
         CHECK(w != NULL);
-        keel_options o = {.cache_dir = dir_of("cache-search")};
+        keel_options o = {.cache_dir = test_subdir("cache-search")};
         keel_index *r;
         CHECK_OK(keel_open_reader(url, &o, &r));
         CHECK(same_results(w, r, 7 + k, NULL));
@@ -691,8 +654,8 @@ TEST(a_bad_latest_hint_is_only_ignored)
     CHECK(w != NULL);
     CHECK_OK(republish(w, url)); /* v2 */
     char b[64], key[1400];
-    keel_s3 *s3;
-    CHECK_OK(hint_key(url, b, key, sizeof key, &s3));
+    keel_s3 *s3 = obj_client(url, "latest", b, key, sizeof key);
+    CHECK(s3 != NULL);
     char big[100];
     memset(big, '0', sizeof big);
     big[sizeof big - 1] = '2';
@@ -754,8 +717,8 @@ TEST(a_right_hint_opens_in_three_requests_and_a_stale_one_still_ends_newest)
     CHECK(same_results(w, r, 74, NULL));
     keel_close(r);
     char b[64], key[1400];
-    keel_s3 *s3;
-    CHECK_OK(hint_key(url, b, key, sizeof key, &s3));
+    keel_s3 *s3 = obj_client(url, "latest", b, key, sizeof key);
+    CHECK(s3 != NULL);
     static const struct {
         const char *hint;
         uint64_t meta;
@@ -888,7 +851,7 @@ TEST(the_disk_cache_survives_a_restart_and_is_shared_by_processes)
     keel_close(r0);
     int fds[2];
     CHECK(pipe(fds) == 0);
-    const char *dir = dir_of("cache-restart");
+    const char *dir = test_subdir("cache-restart");
     uint64_t a[3], b[3];
     CHECK(child_wait(child_run(url, dir, 41, fds[1]), fds[0], a));
     CHECK(child_wait(child_run(url, dir, 41, fds[1]), fds[0], b));
@@ -901,7 +864,7 @@ TEST(the_disk_cache_survives_a_restart_and_is_shared_by_processes)
     CHECK_EQ(b[1], 0);
     CHECK(b[2] > 0);
     /* four processes at once on a fresh directory */
-    const char *shared = dir_of("cache-shared");
+    const char *shared = test_subdir("cache-shared");
     pid_t pid[4];
     for (int i = 0; i < 4; i++)
         pid[i] = child_run(url, shared, 41, fds[1]);

@@ -20,6 +20,7 @@
 #include "lib/objstore.h"
 #include "lib/testdata.h"
 #include "lib/s3proxy.h"
+#include "lib/objects.h"
 
 #include "base/internal.h"
 #include "api/api.h"
@@ -37,90 +38,19 @@
 #define STORM 100000u /* more failures than any test makes requests */
 #define ATTEMPTS 4    /* s3.h: tries of a retryable request, in all */
 
-static const char *
-dir_of(const char *name)
-{
-    const char *p = test_path(name);
-    mkdir(p, 0700);
-    return p;
-}
-
 /* --- the proxy -------------------------------------------------------------- */
-
-static char direct_url[512]; /* the gateway itself */
-static s3proxy *live;        /* the proxy of the running test */
-
-static void
-go_direct(void)
-{
-    setenv("AWS_ENDPOINT_URL", direct_url, 1);
-}
-
-static void
-proxy_down(s3proxy *p)
-{
-    go_direct();
-    s3proxy_stop(p, NULL);
-    live = NULL;
-}
-
-/* A proxy to the gateway; clients made from now on go through it. One a
-** failed test left behind is stopped first, with its settings. */
-static s3proxy *
-proxy_up(void)
-{
-    if (live)
-        proxy_down(live);
-    unsetenv("KEEL_S3_STALL_TIMEOUT_S");
-    if (!direct_url[0])
-        snprintf(direct_url, sizeof direct_url, "%s",
-                 getenv("AWS_ENDPOINT_URL"));
-    s3proxy *p;
-    char err[256];
-    if (s3proxy_start(direct_url, &p, err, sizeof err) != 0) {
-        fprintf(stderr, "  proxy: %s\n", err);
-        return NULL;
-    }
-    setenv("AWS_ENDPOINT_URL", s3proxy_url(p), 1);
-    return live = p;
-}
-
-static void
-via(const s3proxy *p)
-{
-    setenv("AWS_ENDPOINT_URL", s3proxy_url(p), 1);
-}
-
-static s3proxy_counters
-pc(s3proxy *p)
-{
-    s3proxy_counters n;
-    s3proxy_counters_get(p, &n);
-    return n;
-}
 
 /* Requests a reader made: ranged GETs of pages, and requests for manifests
 ** and the hint, each counted once however often it was tried. */
 static uint64_t
 reader_requests(keel_index *r)
 {
-    keel_cache_counters n;
-    if (keel__remote_counters(r, &n) != KEEL_OK)
-        return UINT64_MAX;
+    keel_cache_counters n = reader_counters(r);
     return n.gets + n.meta_gets;
 }
-
-static uint64_t
-reader_counter(keel_index *r, int which)
-{
-    keel_cache_counters n;
-    if (keel__remote_counters(r, &n) != KEEL_OK)
-        return UINT64_MAX;
-    return which == 0 ? n.seq : which == 1 ? n.disk_hits : n.meta_gets;
-}
-#define SEQ(r) reader_counter(r, 0)
-#define DISK_HITS(r) reader_counter(r, 1)
-#define META_GETS(r) reader_counter(r, 2)
+#define SEQ(r) reader_counters(r).seq
+#define DISK_HITS(r) reader_counters(r).disk_hits
+#define META_GETS(r) reader_counters(r).meta_gets
 
 /* --- indexes and results ----------------------------------------------------- */
 
@@ -165,31 +95,6 @@ one_search(keel_index *r, uint64_t seed)
     return rc;
 }
 
-/* How many objects under url's prefix have part ("/pack/", "/manifest/")
-** in their key, asked of the gateway directly; -1 on an error. */
-static long
-objects(const char *url, const char *part)
-{
-    char b[64], prefix[1024];
-    keel_s3_config cfg = {.endpoint = direct_url};
-    keel_s3 *s3;
-    keel_s3_entry *e;
-    size_t n;
-    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix - 1) ||
-        keel__s3_open(&cfg, &s3))
-        return -1;
-    strcat(prefix, "/"); /* not the objects of "PREFIX-more/" */
-    int rc = keel__s3_list(s3, b, prefix, &e, &n);
-    keel__s3_close(s3);
-    if (rc)
-        return -1;
-    long count = 0;
-    for (size_t i = 0; i < n; i++)
-        count += strstr(e[i].key, part) != NULL;
-    keel__s3_list_free(e, n);
-    return count;
-}
-
 /* --- 5xx storms ----------------------------------------------------------------- */
 
 /* A storm of status on every GET, longer than the retries, while a reader
@@ -209,7 +114,7 @@ storm_during_a_cold_search(int status, const char *code)
     keel_index *local;
     CHECK_OK(keel_open_reader(test_path(name), NULL, &local));
     snprintf(name, sizeof name, "cache-storm-%d", status);
-    keel_options o = {.cache_dir = dir_of(name)};
+    keel_options o = {.cache_dir = test_subdir(name)};
     s3proxy *p = proxy_up();
     CHECK(p != NULL);
     keel_index *r;
@@ -227,7 +132,7 @@ storm_during_a_cold_search(int status, const char *code)
     CHECK_MSG_HAS("/pack/");
     CHECK_MSG_HAS(url);
     CHECK_MSG_HAS("help: the object store is failing");
-    s3proxy_counters n = pc(p);
+    s3proxy_counters n = proxy_counters(p);
     printf("     %d storm: KEEL_EIO in %.2f s after %llu failed GETs\n",
            status, dt, (unsigned long long)n.faults);
     CHECK(n.faults >= ATTEMPTS);
@@ -302,7 +207,7 @@ TEST(a_storm_shorter_than_the_retries_is_retried_away)
     for (size_t i = 0; i < sizeof storms / sizeof storms[0]; i++) {
         keel_index *r;
         CHECK_OK(keel_open_reader(url, NULL, &r)); /* cold, no disk cache */
-        s3proxy_counters a = pc(p);
+        s3proxy_counters a = proxy_counters(p);
         uint64_t made = reader_requests(r);
         s3proxy_fail_only_gets(p, storms[i].only_gets);
         if (storms[i].status)
@@ -310,7 +215,7 @@ TEST(a_storm_shorter_than_the_retries_is_retried_away)
         else
             s3proxy_cut_after(p, 0, storms[i].n, storms[i].cut);
         CHECK(same_results(r, local, 31 + i));
-        s3proxy_counters b = pc(p);
+        s3proxy_counters b = proxy_counters(p);
         made = reader_requests(r) - made;
         printf("     %u x %s %u: %llu requests made, %llu seen by the "
                "proxy\n", storms[i].n, storms[i].status ? "status" : "cut at",
@@ -356,7 +261,7 @@ TEST(a_stalled_get_times_out_in_bounded_time_and_the_next_search_works)
         CHECK_MSG_HAS("/pack/");
         CHECK(dt >= 0.9); /* it was the stall that ended it */
         CHECK(dt < 5.0);
-        CHECK_EQ(pc(p).stalls, round + 1);
+        CHECK_EQ(proxy_counters(p).stalls, round + 1);
         CHECK(same_results(r, local, 50 + (uint64_t)round));
         keel_close(r);
     }
@@ -389,7 +294,7 @@ TEST(closing_while_warm_s_gets_stall_returns_at_once)
         CHECK_OK(keel_close(r));
         double dt = test_now() - t0;
         printf("     close while warm's GETs stall: %.2f s\n", dt);
-        CHECK(pc(p).stalls > 0);
+        CHECK(proxy_counters(p).stalls > 0);
         CHECK(dt < 5.0); /* 20 s before the fix */
         s3proxy_stall_next(p, 0);
     }
@@ -494,9 +399,9 @@ TEST(publish_under_a_storm_fails_clearly_and_nothing_half_published_is_adopted)
     CHECK(p != NULL);
     /* Without faults, to count a first publish's requests: the hint, the
      * probe of manifest 1, the packs, the manifest, the hint again. */
-    s3proxy_counters a = pc(p);
+    s3proxy_counters a = proxy_counters(p);
     CHECK_OK(keel_publish(w, dry, NULL));
-    s3proxy_counters b = pc(p);
+    s3proxy_counters b = proxy_counters(p);
     uint64_t reqs = b.requests - a.requests;
     printf("     a first publish: %llu requests (%llu PUTs)\n",
            (unsigned long long)reqs, (unsigned long long)(b.puts - a.puts));
@@ -508,15 +413,15 @@ TEST(publish_under_a_storm_fails_clearly_and_nothing_half_published_is_adopted)
     CHECK_MSG_HAS("publishing to ");
     CHECK_MSG_HAS(url);
     CHECK_MSG_HAS("503");
-    CHECK_EQ(objects(url, "/"), 0);
+    CHECK_EQ(obj_count(url, "/"), 0);
     /* A storm from the manifest on: the packs are up, the manifest never
      * is, and a reader finds no version to adopt. */
     s3proxy_fail_after(p, (unsigned)(reqs - 2), STORM, 500);
     CHECK_ERR(keel_publish(w, url, NULL), KEEL_EIO);
     CHECK_MSG_HAS("/manifest/");
     CHECK_MSG_HAS("answered 500 InternalError after 4 attempts");
-    CHECK(objects(url, "/pack/") > 0);
-    CHECK_EQ(objects(url, "/manifest/"), 0);
+    CHECK(obj_count(url, "/pack/") > 0);
+    CHECK_EQ(obj_count(url, "/manifest/"), 0);
     s3proxy_clear(p);
     keel_index *r;
     CHECK_ERR(keel_open_reader(url, NULL, &r), KEEL_ENOTFOUND);
@@ -525,7 +430,7 @@ TEST(publish_under_a_storm_fails_clearly_and_nothing_half_published_is_adopted)
     uint64_t sent = 0;
     keel_publish_options po = {.uploaded = &sent};
     CHECK_OK(keel_publish(w, url, &po));
-    CHECK_EQ(objects(url, "/manifest/"), 1);
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
     CHECK_OK(keel_open_reader(url, NULL, &r));
     CHECK_EQ(SEQ(r), 1);
     CHECK(same_results(r, w, 5));
@@ -565,23 +470,23 @@ TEST(a_lost_answer_to_the_manifest_create_is_not_another_publisher)
     CHECK(w != NULL);
     s3proxy *p = proxy_up();
     CHECK(p != NULL);
-    s3proxy_counters a = pc(p);
+    s3proxy_counters a = proxy_counters(p);
     CHECK_OK(keel_publish(w, dry, NULL));
-    uint64_t reqs = pc(p).requests - a.requests;
+    uint64_t reqs = proxy_counters(p).requests - a.requests;
     /* every request before the manifest's goes through; its answer (and
      * then, in a second round, half of its head) is lost */
     for (int round = 0; round < 2; round++) {
         char u[300];
         snprintf(u, sizeof u, "%s-%d", url, round);
-        a = pc(p);
+        a = proxy_counters(p);
         s3proxy_cut_after(p, (unsigned)(reqs - 2), 1, round ? 20 : 0);
         int rc = keel_publish(w, u, NULL);
-        s3proxy_counters b = pc(p);
+        s3proxy_counters b = proxy_counters(p);
         printf("     answer cut after %d bytes: publish returned %d (%s)\n",
                round ? 20 : 0, rc, rc ? keel_errmsg() : "ok");
         CHECK_EQ(b.cuts - a.cuts, 1);
         CHECK_OK(rc);
-        CHECK_EQ(objects(u, "/manifest/"), 1);
+        CHECK_EQ(obj_count(u, "/manifest/"), 1);
         keel_index *r;
         CHECK_OK(keel_open_reader(u, NULL, &r));
         CHECK_EQ(SEQ(r), 1);
@@ -591,7 +496,7 @@ TEST(a_lost_answer_to_the_manifest_create_is_not_another_publisher)
         CHECK_OK(keel_delete(w, (uint64_t)round));
         CHECK_OK(keel_flush(w));
         CHECK_OK(keel_publish(w, u, NULL));
-        CHECK_EQ(objects(u, "/manifest/"), 2);
+        CHECK_EQ(obj_count(u, "/manifest/"), 2);
     }
     proxy_down(p);
     keel_close(w);
@@ -622,7 +527,7 @@ TEST(a_20_ms_delay_on_every_request_changes_no_result)
     t0 = test_now();
     CHECK(same_results(r, local, 9));
     double t_all = test_now() - t0;
-    s3proxy_counters n = pc(p);
+    s3proxy_counters n = proxy_counters(p);
     printf("     open %.3f s (%llu requests), first search %.3f s, %d "
            "searches %.3f s; %llu GETs, at most %llu requests at once\n",
            t_open, (unsigned long long)opened, t_first, NQ, t_all,
@@ -650,31 +555,6 @@ TEST(a_20_ms_delay_on_every_request_changes_no_result)
 
 /* --- versions: a hint that cannot be read, a store that says yes to all ----- */
 
-/* Deletes url's object rest, asked of the gateway directly. */
-static int
-remove_object(const char *url, const char *rest)
-{
-    char b[64], prefix[1024], key[1400];
-    keel_s3_config cfg = {.endpoint = direct_url};
-    keel_s3 *s3;
-    if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
-        keel__s3_open(&cfg, &s3))
-        return KEEL_EIO;
-    snprintf(key, sizeof key, "%s/%s", prefix, rest);
-    int rc = keel__s3_delete(s3, b, key);
-    keel__s3_close(s3);
-    return rc;
-}
-
-static void
-more_flushed(keel_index *w, size_t n, uint64_t seed)
-{
-    float *x = td_random(n, DIM, seed);
-    CHECK_OK(keel_add_batch(w, x, n, NULL, NULL));
-    CHECK_OK(keel_flush(w));
-    free(x);
-}
-
 /* Three versions, pruned to the newest; then every try of the GET of
 ** `latest` answers 503 (all ATTEMPTS of one request): a reader opens the
 ** newest version, and the publish after is version 4, not a second
@@ -689,33 +569,33 @@ TEST(a_hint_lost_to_a_503_storm_after_a_prune_never_forks_the_versions)
     go_direct(); /* the versions go up directly */
     keel_index *w = build(test_path("hint-storm.keel"), url, 81);
     CHECK(w != NULL);
-    more_flushed(w, 100, 82);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 82));
     CHECK_OK(keel_publish(w, url, NULL));
-    more_flushed(w, 100, 83);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 83));
     CHECK_OK(keel_publish(w, url, NULL));
     CHECK_OK(keel_prune(url, 1, NULL));
-    CHECK_EQ(objects(url, "/manifest/"), 1);
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
     via(p);
     s3proxy_fail_only_key(p, "/latest");
     s3proxy_fail_only_gets(p, 1);
     s3proxy_fail_next(p, ATTEMPTS, 503);
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
-    CHECK_EQ(pc(p).faults, ATTEMPTS);
+    CHECK_EQ(proxy_counters(p).faults, ATTEMPTS);
     CHECK_EQ(SEQ(r), 3);
     CHECK_EQ(keel_count(r), N + 200);
-    more_flushed(w, 100, 84);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 84));
     s3proxy_fail_next(p, ATTEMPTS, 503);
     CHECK_OK(keel_publish(w, url, NULL));
-    CHECK_EQ(pc(p).faults, 2 * ATTEMPTS);
-    CHECK_EQ(objects(url, "/manifest/"), 2);
+    CHECK_EQ(proxy_counters(p).faults, 2 * ATTEMPTS);
+    CHECK_EQ(obj_count(url, "/manifest/"), 2);
     CHECK_OK(keel_refresh(r));
     CHECK_EQ(SEQ(r), 4);
     CHECK_EQ(keel_count(r), N + 300);
     s3proxy_clear(p);
     go_direct();
     CHECK_OK(keel_prune(url, 1, NULL));
-    CHECK_OK(remove_object(url, "latest"));
+    CHECK_OK(obj_set(url, "latest", NULL, 0));
     keel_index *r2;
     CHECK_OK(keel_open_reader(url, NULL, &r2));
     CHECK_EQ(SEQ(r2), 4);
@@ -736,7 +616,7 @@ TEST(a_store_that_says_every_version_exists_is_walked_a_bounded_way)
     url_of(url, sizeof url, "head-ok");
     keel_index *w = build(test_path("head-ok.keel"), url, 91);
     CHECK(w != NULL);
-    more_flushed(w, 100, 92);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 92));
     CHECK_OK(keel_publish(w, url, NULL));
     s3proxy *p = proxy_up();
     CHECK(p != NULL);
@@ -745,7 +625,7 @@ TEST(a_store_that_says_every_version_exists_is_walked_a_bounded_way)
     double t0 = test_now();
     keel_index *r;
     CHECK_OK(keel_open_reader(url, NULL, &r));
-    s3proxy_counters a = pc(p);
+    s3proxy_counters a = proxy_counters(p);
     printf("     open: %llu HEADs, %llu requests, %.2f s\n",
            (unsigned long long)a.heads, (unsigned long long)a.requests,
            test_now() - t0);
@@ -755,16 +635,16 @@ TEST(a_store_that_says_every_version_exists_is_walked_a_bounded_way)
     CHECK_OK(keel_refresh(r));
     CHECK_EQ(SEQ(r), 2);
     CHECK(same_results(r, w, 93));
-    s3proxy_counters b = pc(p);
+    s3proxy_counters b = proxy_counters(p);
     CHECK(b.heads - a.heads <= KEEL_VERSION_WALK + 1);
-    more_flushed(w, 100, 94);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 94));
     CHECK_OK(keel_publish(w, url, NULL));
-    s3proxy_counters c = pc(p);
+    s3proxy_counters c = proxy_counters(p);
     printf("     refresh: %llu HEADs; publish: %llu HEADs\n",
            (unsigned long long)(b.heads - a.heads),
            (unsigned long long)(c.heads - b.heads));
     CHECK(c.heads - b.heads <= KEEL_VERSION_WALK + 2);
-    CHECK_EQ(objects(url, "/manifest/"), 3);
+    CHECK_EQ(obj_count(url, "/manifest/"), 3);
     CHECK_OK(keel_refresh(r));
     CHECK_EQ(SEQ(r), 3);
     CHECK_EQ(keel_count(r), N + 200);
@@ -784,7 +664,7 @@ static long
 named_packs(const char *url, uint64_t seq)
 {
     char b[64], prefix[1024], key[1400];
-    keel_s3_config cfg = {.endpoint = direct_url};
+    keel_s3_config cfg = {.endpoint = obj_gateway()};
     keel_s3 *s3;
     if (keel__s3_url_parse(url, b, sizeof b, prefix, sizeof prefix) ||
         keel__s3_open(&cfg, &s3))
@@ -823,12 +703,12 @@ TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
     go_direct();
     keel_index *w = build(path, url, 101);
     CHECK(w != NULL);
-    more_flushed(w, 400, 102);
+    CHECK_OK(obj_add_flush(w, 400, DIM, 102));
     int kills = 0, committed = 0, k = 0;
     for (; k < 64 && !committed; k++) {
         s3proxy_clear(p);
         s3proxy_stall_after(p, (unsigned)k, 1);
-        uint64_t stalls = pc(p).stalls;
+        uint64_t stalls = proxy_counters(p).stalls;
         via(p);
         pid_t pid = fork();
         CHECK(pid >= 0);
@@ -843,7 +723,7 @@ TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
         go_direct();
         int st = 0, done = 0;
         for (int t = 0; t < 3000 && !done; t++) {
-            if (pc(p).stalls > stalls)
+            if (proxy_counters(p).stalls > stalls)
                 break; /* the child waits on request k */
             done = waitpid(pid, &st, WNOHANG) == pid;
             if (!done) {
@@ -859,7 +739,7 @@ TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
             CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                       "the publish with nothing held failed");
         }
-        long man = objects(url, "/manifest/");
+        long man = obj_count(url, "/manifest/");
         CHECK(man == 1 || man == 2);
         committed = man == 2;
         keel_index *r;
@@ -877,11 +757,11 @@ TEST(a_publisher_killed_at_every_request_leaves_nothing_half_made)
     /* a version after it, a second later; then the leftovers go */
     struct timespec sec = {1, 100000000L};
     nanosleep(&sec, NULL);
-    more_flushed(w, 100, 104);
+    CHECK_OK(obj_add_flush(w, 100, DIM, 104));
     CHECK_OK(keel_publish(w, url, NULL));
     keel_prune_options o = {.orphan_grace_s = 1};
     CHECK_OK(keel_prune(url, 1, &o));
-    long left = objects(url, "/pack/"), named = named_packs(url, 3);
+    long left = obj_count(url, "/pack/"), named = named_packs(url, 3);
     printf("     after a prune keeping 1: %ld packs, %ld named by version "
            "3\n", left, named);
     CHECK(named > 0);
@@ -918,7 +798,7 @@ TEST(a_cancel_stops_a_slow_publish_and_publishes_nothing)
     go_direct();
     keel_index *w = build(test_path("cancel-publish.keel"), url, 111);
     CHECK(w != NULL);
-    more_flushed(w, 200, 112);
+    CHECK_OK(obj_add_flush(w, 200, DIM, 112));
     via(p);
     s3proxy_set_delay_ms(p, 80);
     int asked = 0;
@@ -931,11 +811,11 @@ TEST(a_cancel_stops_a_slow_publish_and_publishes_nothing)
     CHECK(asked >= 1);
     CHECK(dt < 2.0);
     CHECK_MSG_HAS("help:");
-    CHECK_EQ(objects(url, "/manifest/"), 1);
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
     CHECK_OK(keel_set_cancel(w, NULL, NULL));
     s3proxy_set_delay_ms(p, 0);
     CHECK_OK(keel_publish(w, url, NULL));
-    CHECK_EQ(objects(url, "/manifest/"), 2);
+    CHECK_EQ(obj_count(url, "/manifest/"), 2);
     proxy_down(p);
     keel_close(w);
 }

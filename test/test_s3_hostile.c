@@ -181,6 +181,28 @@ readable(const char *m)
                   (o).maxrss_kb);                                           \
     } while (0)
 
+/* A faulted call: the server's rule, the call, how long the parent waits
+** for it (s), and what CHECK_FAULT asks of it: the code, a needle of the
+** message, the time it must end within (s). */
+typedef struct fault_case {
+    const char *rule;
+    case_fn call;
+    double limit_s;
+    int code;
+    const char *needle;
+    double within_s;
+} fault_case;
+
+/* Runs each of f[0..n) in turn and checks it as CHECK_FAULT does. */
+static void
+expect_faults(const fault_case *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        outcome o = run_case(f[i].rule, f[i].call, f[i].limit_s);
+        CHECK_FAULT(o, f[i].code, f[i].needle, f[i].within_s);
+    }
+}
+
 /* --- the calls ---------------------------------------------------------- */
 
 static unsigned char range_buf[OBJ_LEN];
@@ -268,19 +290,21 @@ TEST(the_server_answers_right_without_a_rule)
 TEST(a_5xx_storm_fails_after_the_retries)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=status&code=503", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "503", 5);
-    o = run_case("mode=status&code=500", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, "500", 5);
+    static const fault_case cases[] = {
+        {"mode=status&code=503", get_range, 10, KEEL_EIO, "503", 5},
+        {"mode=status&code=500", get_ranges, 10, KEEL_EIO, "500", 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_lost_answer_times_out_at_the_stall_timeout)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=lost", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "timed out", 6);
-    o = run_case("mode=lost", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, "timed out", 6);
+    static const fault_case cases[] = {
+        {"mode=lost", get_range, 10, KEEL_EIO, "timed out", 6},
+        {"mode=lost", get_ranges, 10, KEEL_EIO, "timed out", 6},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_chunked_body_is_read_right)
@@ -297,71 +321,70 @@ TEST(a_chunked_body_is_read_right)
 TEST(a_bad_chunked_body_fails)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=chunked-bad", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=chunked-bad", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
+    static const fault_case cases[] = {
+        {"mode=chunked-bad", get_range, 10, KEEL_EIO, OBJ, 5},
+        {"mode=chunked-bad", get_whole, 10, KEEL_EIO, OBJ, 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_content_length_that_disagrees_with_the_body_fails)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=short-length", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=short-length", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=long-length", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=long-length", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    /* the body stops short and the connection stays open: the deadline
-    ** (0.5 s + 2 s + 4096 bytes at 32 KiB/s) ends it; before it, 7 s */
-    o = run_case("mode=long-length&hold=30", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
+    static const fault_case cases[] = {
+        {"mode=short-length", get_range, 10, KEEL_EIO, OBJ, 5},
+        {"mode=short-length", get_ranges, 10, KEEL_EIO, OBJ, 5},
+        {"mode=long-length", get_range, 10, KEEL_EIO, OBJ, 5},
+        {"mode=long-length", get_whole, 10, KEEL_EIO, OBJ, 5},
+        /* the body stops short and the connection stays open: the deadline
+        ** (0.5 s + 2 s + 4096 bytes at 32 KiB/s) ends it; before it, 7 s */
+        {"mode=long-length&hold=30", get_range, 10, KEEL_EIO, OBJ, 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_200_to_a_ranged_get_is_not_taken_for_the_range)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=no-206", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "range", 5);
-    o = run_case("mode=no-206", get_range0, 10);
-    CHECK_FAULT(o, KEEL_EIO, "range", 5);
-    o = run_case("mode=no-206", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, "range", 5);
+    static const fault_case cases[] = {
+        {"mode=no-206", get_range, 10, KEEL_EIO, "range", 5},
+        {"mode=no-206", get_range0, 10, KEEL_EIO, "range", 5},
+        {"mode=no-206", get_ranges, 10, KEEL_EIO, "range", 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_connection_closed_mid_body_fails)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=close-mid-body", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=close-mid-body&at=0", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=close-mid-body", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
+    static const fault_case cases[] = {
+        {"mode=close-mid-body", get_range, 10, KEEL_EIO, OBJ, 5},
+        {"mode=close-mid-body&at=0", get_whole, 10, KEEL_EIO, OBJ, 5},
+        {"mode=close-mid-body", get_ranges, 10, KEEL_EIO, OBJ, 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_header_with_a_nul_byte_fails)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=nul-header", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
-    o = run_case("mode=nul-header&where=etag", head, 10);
-    CHECK_FAULT(o, KEEL_EIO, OBJ, 5);
+    static const fault_case cases[] = {
+        {"mode=nul-header", get_range, 10, KEEL_EIO, OBJ, 5},
+        {"mode=nul-header&where=etag", head, 10, KEEL_EIO, OBJ, 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(garbage_and_huge_error_bodies_fail_clearly)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=xml-garbage", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "400", 5);
-    o = run_case("mode=xml-garbage&code=503", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, "503", 5);
-    o = run_case("mode=xml-huge", get_range, 20);
-    CHECK_FAULT(o, KEEL_EIO, "400", 5);
-    o = run_case("mode=xml-huge&size=2000", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, "HostileHuge", 5);
+    static const fault_case cases[] = {
+        {"mode=xml-garbage", get_range, 10, KEEL_EIO, "400", 5},
+        {"mode=xml-garbage&code=503", get_whole, 10, KEEL_EIO, "503", 5},
+        {"mode=xml-huge", get_range, 20, KEEL_EIO, "400", 5},
+        {"mode=xml-huge&size=2000", get_whole, 10, KEEL_EIO, "HostileHuge", 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* --- defect 4: every request has a deadline a trickle cannot stretch ---- */
@@ -371,14 +394,14 @@ TEST(a_trickled_answer_fails_at_its_deadline)
     NEED_HOSTILE();
     /* 2 bytes/s: a byte every half second keeps the stall timeout (2 s)
     ** from ever firing; the deadline is 0.5 s + 2 s + the bytes at 32 KiB/s */
-    outcome o = run_case("mode=trickle&rate=2", get_range, 12);
-    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
-    o = run_case("mode=trickle&rate=2", get_whole, 12);
-    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
-    o = run_case("mode=trickle&rate=2", get_ranges, 12);
-    CHECK_FAULT(o, KEEL_EIO, "minimum rate", 7);
+    static const fault_case cases[] = {
+        {"mode=trickle&rate=2", get_range, 12, KEEL_EIO, "minimum rate", 7},
+        {"mode=trickle&rate=2", get_whole, 12, KEEL_EIO, "minimum rate", 7},
+        {"mode=trickle&rate=2", get_ranges, 12, KEEL_EIO, "minimum rate", 7},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
     /* a fast enough trickle is no fault: 64 KiB at 256 KiB/s */
-    o = run_case("mode=trickle&rate=262144", get_whole, 12);
+    outcome o = run_case("mode=trickle&rate=262144", get_whole, 12);
     CHECK_MSG(o.ran && o.rc == KEEL_OK && o.n == OBJ_LEN, "%s", o.msg);
 }
 
@@ -467,20 +490,17 @@ get_if_none_match(keel_s3 *s3, outcome *o)
 TEST(an_unasked_304_or_412_is_an_error_with_a_message)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=not-modified", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
-    o = run_case("mode=not-modified", head, 10);
-    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
-    o = run_case("mode=not-modified", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
-    o = run_case("mode=not-modified", get_ranges, 10);
-    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
-    o = run_case("mode=precondition", put_plain, 10);
-    CHECK_FAULT(o, KEEL_EIO, "did not ask for it", 5);
-    o = run_case("mode=precondition", get_whole, 10);
-    CHECK_FAULT(o, KEEL_EIO, "412", 5);
+    static const fault_case cases[] = {
+        {"mode=not-modified", get_whole, 10, KEEL_EIO, "did not ask for it", 5},
+        {"mode=not-modified", head, 10, KEEL_EIO, "did not ask for it", 5},
+        {"mode=not-modified", get_range, 10, KEEL_EIO, "did not ask for it", 5},
+        {"mode=not-modified", get_ranges, 10, KEEL_EIO, "did not ask for it", 5},
+        {"mode=precondition", put_plain, 10, KEEL_EIO, "did not ask for it", 5},
+        {"mode=precondition", get_whole, 10, KEEL_EIO, "412", 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
     /* a 304 to a GET that asked for one is still the result it was */
-    o = run_case("mode=not-modified", get_if_none_match, 10);
+    outcome o = run_case("mode=not-modified", get_if_none_match, 10);
     CHECK(o.ran);
     CHECK_EQ(o.rc, KEEL_S3_NOT_MODIFIED);
     CHECK_EQ(o.again, KEEL_OK);
@@ -489,10 +509,11 @@ TEST(an_unasked_304_or_412_is_an_error_with_a_message)
 TEST(a_redirect_is_an_error_that_names_where_to)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=redirect&code=301", get_range, 10);
-    CHECK_FAULT(o, KEEL_EIO, "redirected (301) to http://127.0.0.1:1/", 5);
-    o = run_case("mode=redirect&code=307", head, 10);
-    CHECK_FAULT(o, KEEL_EIO, "redirected (307)", 5);
+    static const fault_case cases[] = {
+        {"mode=redirect&code=301", get_range, 10, KEEL_EIO, "redirected (301) to http://127.0.0.1:1/", 5},
+        {"mode=redirect&code=307", head, 10, KEEL_EIO, "redirected (307)", 5},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* --- defect 3: a listing that does not end fails ------------------------ */
@@ -521,14 +542,14 @@ list_obj(keel_s3 *s3, outcome *o)
 TEST(a_listing_that_repeats_or_never_ends_fails)
 {
     NEED_HOSTILE();
-    outcome o = run_case("mode=list-repeat", list_obj, 12);
-    CHECK_FAULT(o, KEEL_EIO, "nothing was listed", 5);
-    /* new tokens, new keys: the key cap (20000 here) */
-    o = run_case("mode=list-endless", list_obj, 12);
-    CHECK_FAULT(o, KEEL_EIO, "more than 20000 keys", 8);
-    /* new tokens, no keys: the page cap (50 here) */
-    o = run_case("mode=list-endless&keys=0", list_obj, 12);
-    CHECK_FAULT(o, KEEL_EIO, "after 50 answers", 8);
+    static const fault_case cases[] = {
+        {"mode=list-repeat", list_obj, 12, KEEL_EIO, "nothing was listed", 5},
+        /* new tokens, new keys: the key cap (20000 here) */
+        {"mode=list-endless", list_obj, 12, KEEL_EIO, "more than 20000 keys", 8},
+        /* new tokens, no keys: the page cap (50 here) */
+        {"mode=list-endless&keys=0", list_obj, 12, KEEL_EIO, "after 50 answers", 8},
+    };
+    expect_faults(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(a_listing_answered_404_without_a_code_names_the_bucket)
