@@ -652,6 +652,80 @@ TEST(an_unchanged_republish_makes_no_version)
     keel_close(w);
 }
 
+/* A publish with adds and deletes since the last flush publishes that
+** flush: once it is published, a publish makes no version and sends
+** nothing, from the writer and from a reader of its file, also when the
+** adds grew the id table. Entries of adds a writer dropped (closed
+** unflushed) lie in the committed table's probe runs; those a committed
+** probe passes stay, so the image finds every id. */
+TEST(adds_since_a_published_flush_make_no_version)
+{
+    NEED_SERVER();
+    char path[600], url[256];
+    snprintf(path, sizeof path, "%s", test_path("since.keel"));
+    url_of(url, sizeof url, "since");
+    keel_index *w, *r, *img;
+    uint64_t up = 0, version = 0;
+    int unchanged = -1;
+    keel_publish_options o = {.uploaded = &up, .version = &version,
+                              .unchanged = &unchanged};
+    float *x = td_random(3000, DIM, 601);
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    CHECK_OK(obj_add_flush(w, 300, DIM, 600));
+    /* dropped adds: entries past the count in the committed table, and
+     * entries of the adds flushed after them on in their probe runs */
+    uint64_t ids[1500];
+    for (uint64_t i = 0; i < 1500; i++)
+        ids[i] = 10000 + i;
+    CHECK_OK(keel_add_batch(w, x, 1500, ids, NULL));
+    keel_close(w);
+    CHECK_OK(keel_open(path, DIM, NULL, &w));
+    for (uint64_t i = 0; i < 100; i++)
+        ids[i] = 20000 + i;
+    CHECK_OK(keel_add_batch(w, x + 1500 * DIM, 100, ids, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 0 && version == 1 && up > 0);
+    CHECK_OK(download(url, 1, test_path("since.img")));
+    CHECK_OK(keel_open_reader(test_path("since.img"), NULL, &img));
+    CHECK_OK(keel_check(img));
+    CHECK_EQ(keel_count(img), 400);
+    float got[DIM], want[DIM];
+    for (uint64_t i = 0; i < 400; i++) {
+        uint64_t id = i < 300 ? i : 20000 + i - 300;
+        CHECK_OK(keel_get(img, id, got));
+        CHECK_OK(keel_get(w, id, want));
+        CHECK(memcmp(got, want, sizeof got) == 0);
+    }
+    CHECK_ERR(keel_get(img, 10000, got), KEEL_ENOTFOUND);
+    keel_close(img);
+    /* adds and deletes since the flush; then adds that grow the table */
+    for (int round = 0; round < 2; round++) {
+        CHECK_OK(keel_add_batch(w, x + (round ? 500 * DIM : 0),
+                                round ? 2500 : 500, NULL, NULL));
+        for (uint64_t id = (uint64_t)round; id < 300; id += 7)
+            CHECK_OK(keel_delete(w, id));
+        up = 1, version = 0, unchanged = -1;
+        CHECK_OK(keel_publish(w, url, &o));
+        CHECK_MSG(unchanged == 1 && version == 1 && up == 0,
+                  "round %d: version %llu, unchanged %d, %llu bytes sent",
+                  round, (unsigned long long)version, unchanged,
+                  (unsigned long long)up);
+        CHECK_OK(keel_open_reader(path, NULL, &r));
+        up = 1, unchanged = -1;
+        CHECK_OK(keel_publish(r, url, &o));
+        CHECK(unchanged == 1 && version == 1 && up == 0);
+        keel_close(r);
+    }
+    CHECK_EQ(obj_count(url, "/manifest/"), 1);
+    /* flushed: the next version */
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, &o));
+    CHECK(unchanged == 0 && version == 2 && up > 0);
+    keel_close(w);
+    free(x);
+}
+
 /* What keel_list_versions gave, and a stop after `stop` of them. */
 struct seen {
     keel_version v[8];

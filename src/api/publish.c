@@ -48,7 +48,11 @@
 **     never sent, and a reader's cache is complete once warm has read what
 **     the commit names. Deleted epochs above the commit's (deletes since
 **     the last flush) are zero in the image, as in a backup of the commit
-**     (keel__commit_marks): the image holds the commit's bytes.
+**     (keel__commit_marks), and so are the slots past the commit's count
+**     and the heap past its heap_used (adds since the commit, or ones a
+**     writer dropped), and the id table's entries for those slots that no
+**     committed probe passes (idtab_commit): the image holds the commit's
+**     bytes, so adds since the last flush change no page of it.
 **
 ** (10) A version is the same index as the one before it (identity,
 **     dimensions, M, metric, precision, codes: keel__header_same_index), or
@@ -208,21 +212,41 @@ region_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Fills r (room for KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1) with the
-** regions commit h names; returns how many. */
+#define MAX_REGIONS (4 * KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1)
+
+/* Fills r (room for MAX_REGIONS) with the bytes commit h names, as
+** keel_backup copies them (backup.c step 2): of each segment the headers,
+** vectors, lists and codes of its committed slots; of the heap what
+** heap_used covers; the id table. Slots and heap bytes past them (adds
+** since the commit, or ones a writer rolled back) are not the commit's.
+** Returns how many. */
 static size_t
 regions_of(const keel_store *st, const keel_header *h, region *r)
 {
+    const keel_geometry *g = &st->g;
     size_t n = 0;
     for (uint32_t k = 0; k < h->segments; k++) {
         keel_seg_layout L;
-        keel__seg_layout(&st->g, k, &L);
-        r[n++] = (region){h->seg_off[k], L.bytes};
+        keel__seg_layout(g, k, &L);
+        uint64_t first = keel__seg_first_slot(g, k);
+        uint64_t s = h->count > first ? KEEL_MIN(L.slots, h->count - first)
+                                      : 0;
+        uint64_t off = h->seg_off[k];
+        if (s == 0)
+            continue;
+        r[n++] = (region){off, s * KEEL_SLOT_HDR_BYTES};
+        r[n++] = (region){off + L.vec_off, s * g->vec_bytes};
+        r[n++] = (region){off + L.rec_off, s * g->rec_bytes};
+        if (L.code_off)
+            r[n++] = (region){off + L.code_off, s * g->code_bytes};
     }
-    for (uint32_t c = 0; c < h->heap_chunks; c++)
-        r[n++] = (region){h->heap_off[c],
-                          KEEL_ALIGN_UP(keel__heap_chunk_bytes(&st->g, c),
-                                        KEEL_REGION_ALIGN)};
+    uint32_t used = (uint32_t)(h->heap_used >> 32);
+    for (uint32_t c = 0; c < h->heap_chunks && c <= used; c++) {
+        uint64_t len = c < used ? keel__heap_chunk_bytes(g, c)
+                                : (h->heap_used & 0xFFFFFFFFu);
+        if (len)
+            r[n++] = (region){h->heap_off[c], len};
+    }
     if (h->idtab_offset)
         r[n++] = (region){h->idtab_offset,
                           KEEL_ALIGN_UP(4ull << h->idtab_log2,
@@ -246,6 +270,57 @@ keep_regions(const region *r, size_t nr, uint64_t off, size_t n, uint8_t *buf)
     }
     if (at < end)
         memset(buf + (at - off), 0, (size_t)(end - at));
+}
+
+/* Invariant (9): the entries of [off, off + n) of commit h's id table, in
+** buf, that name a slot past its count (an add since the commit, or one a
+** writer rolled back) are empty in the image, unless a committed entry's
+** probe passes them: an add since the commit took an entry empty at the
+** commit, which no committed probe passes, so the image holds the
+** commit's table whatever was added since. A probe of a committed entry
+** at q passes every entry from its home to q, all of them taken; so p's
+** run (the taken entries about it) holds every such q and its home. An
+** entry a dropped add left naming a slot that holds another id now has
+** that id's home, most likely outside the run: it keeps nothing. */
+static void
+idtab_commit(const keel_store *st, const keel_header *h, uint64_t off,
+             size_t n, uint8_t *buf)
+{
+    uint64_t a = h->idtab_offset, bytes = 4ull << h->idtab_log2;
+    if (!a || off + n <= a || off >= a + bytes)
+        return;
+    const keel_idtab *t = NULL;
+    for (uint32_t i = 0; i < st->nidtabs; i++)
+        if (st->idtabs[i].off == a && st->idtabs[i].log2 == h->idtab_log2)
+            t = &st->idtabs[i];
+    if (!t)
+        return; /* not mapped: the entries stay as the file has them */
+    uint64_t mask = bytes / 4 - 1;
+    uint64_t lo = KEEL_MAX(off, a), hi = KEEL_MIN(off + n, a + bytes);
+    for (uint64_t at = lo; at + 4 <= hi; at += 4) {
+        uint32_t s = keel__get32(buf + (at - off));
+        if (s == KEEL_EMPTY || s < h->count)
+            continue;
+        uint64_t p = (at - a) / 4, back = 0;
+        while (back < mask &&
+               KEEL_LOAD_RELAXED(&t->tab[(p - back - 1) & mask]) != KEEL_EMPTY)
+            back++; /* the run holds [p - back, p] */
+        int passed = 0;
+        for (uint64_t d = 1; d <= mask && !passed; d++) {
+            uint64_t q = (p + d) & mask;
+            uint32_t x = KEEL_LOAD_RELAXED(&t->tab[q]);
+            if (x == KEEL_EMPTY)
+                break;
+            /* q's probe starts at its home: in the run, at p or before */
+            uint64_t from = x < h->count
+                                ? (q - keel__idtab_home(keel__store_id(st, x),
+                                                        t->log2)) & mask
+                                : 0;
+            passed = from >= d && from <= d + back;
+        }
+        if (!passed)
+            keel__put32(buf + (at - off), KEEL_EMPTY);
+    }
 }
 
 /* Page i of the image of the commit h of st, in buf (PAGE bytes): only the
@@ -279,6 +354,7 @@ image_page(keel_store *st, keel_header *h, const region *r, size_t nr,
         keep_regions(r, nr, off, n, buf);
         keel__commit_marks(&st->g, h, off, buf, n);
         patch_page(ps, off, n, buf);
+        idtab_commit(st, h, off, n, buf);
     }
     return KEEL_OK;
 }
@@ -721,8 +797,7 @@ publish_commit(pub *p, keel_store *st, keel_header *h, const uint64_t *words)
     p->pack = p->bufs[0];
     patches ps;
     rc = patches_of(st, h, &ps);
-    region *regs = keel__malloc((KEEL_MAX_SEGMENTS + KEEL_MAX_HEAP_CHUNKS + 1) *
-                                sizeof *regs);
+    region *regs = keel__malloc(MAX_REGIONS * sizeof *regs);
     size_t nregs = regs ? regions_of(st, h, regs) : 0;
     if (!rc && !regs)
         rc = KEEL_ENOMEM;
