@@ -868,6 +868,52 @@ TEST(versions_fail_on_a_listing_that_never_ends_and_list_none)
     CHECK_MSG(strstr(o.msg, "not under the prefix"), "%s", o.msg);
 }
 
+/* The times keel_list_versions gave (-2: none). */
+static int
+see_time(const keel_version *v, void *arg)
+{
+    *(int64_t *)arg = v->modified_ms;
+    return 0;
+}
+
+/* A LastModified with a field out of its range is no time: -1, as one
+** keel cannot read, not another day (2026-13-45T25:61:61Z read as
+** 2027-02-15) or a year past 9999, which Python's datetime refuses, so
+** keel.versions() raised for the whole listing. */
+TEST(versions_read_no_time_from_a_lastmodified_out_of_range)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    static const struct {
+        const char *time;
+        int64_t ms;
+    } cases[] = {
+        {"2026-12-04T13:40:01.123Z", INT64_C(1796391601123)},
+        {"2026-12-04T13:40:01Z", INT64_C(1796391601000)},
+        {"9999-12-31T23:59:59.999Z", INT64_C(253402300799999)},
+        {"9999-99-99T99:99:99Z", -1},
+        {"2026-13-45T25:61:61Z", -1},
+        {"2026-12-32T00:00:00Z", -1},
+        {"2026-00-01T00:00:00Z", -1},
+        {"2026-12-04T24:00:00Z", -1},
+        {"2026-12-04T13:60:00Z", -1},
+        {"Fri, 04 Dec 2026 13:40:01 GMT", -1},
+        {"", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rule[128];
+        snprintf(rule, sizeof rule, "mode=list-time&time=%s", cases[i].time);
+        hostile_reset(&H, 0);
+        CHECK(hostile_rule(&H, rule) == 0);
+        int64_t ms = -2;
+        CHECK_OK(keel_list_versions(API_URL, see_time, &ms));
+        CHECK_MSG(ms == cases[i].ms, "LastModified '%s' read as %lld ms, "
+                  "not %lld", cases[i].time, (long long)ms,
+                  (long long)cases[i].ms);
+    }
+    hostile_reset(&H, 0);
+}
+
 /* A store that says every object exists (200 to every HEAD, a manifest for
 ** every manifest key): opening and publishing end, right or with an
 ** error, within their deadlines (the version walk is bounded). */

@@ -90,7 +90,9 @@ xml_text(char *out, size_t cap, const char *t, size_t len)
     return 1;
 }
 
-/* "YYYY-MM-DDTHH:MM:SS[.fff]Z" as ms since the epoch, or -1. */
+/* "YYYY-MM-DDTHH:MM:SS[.fff]Z" as ms since the epoch, or -1: also for a
+** field out of its range (month 13, hour 25), which is no time at all
+** (read as one it would be another day, or a year past 9999). */
 static int64_t
 iso8601_ms(const char *t, size_t len)
 {
@@ -101,6 +103,11 @@ iso8601_ms(const char *t, size_t len)
     s[len] = '\0';
     int y, mo, d, h, mi, sec, ms = 0;
     if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &sec) != 6)
+        return -1;
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31,
+                                  30, 31};
+    if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h < 0 ||
+        h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59)
         return -1;
     const char *dot = strchr(s, '.');
     if (dot)

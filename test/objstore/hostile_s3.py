@@ -38,6 +38,8 @@ Modes (parameters and their defaults in brackets):
   list-outside  the listing also holds keys outside the prefix asked for
                 ("elsewhere/0", "../up", the prefix's parent) beside the
                 real ones
+  list-time     the right listing, with LastModified time
+                [9999-99-99T99:99:99Z] for every key
   trickle       the body at rate [2] bytes/s (the head too with head=1, and
                 always for an answer without a body, such as HEAD's)
   chunked       the right answer, its body sent with Transfer-Encoding:
@@ -87,7 +89,8 @@ import time
 import urllib.parse
 from email.utils import formatdate
 
-MODES = ("normal status head200 list-repeat list-endless list-outside trickle "
+MODES = ("normal status head200 list-repeat list-endless list-outside "
+         "list-time trickle "
          "chunked chunked-bad short-length long-length no-206 redirect "
          "xml-garbage xml-huge nul-header close-mid-body not-modified "
          "precondition lost").split()
@@ -211,11 +214,13 @@ def listing(bucket, q, mode, params):
         out.append("<NextContinuationToken>%s</NextContinuationToken>" %
                    xml_escape(next_token))
     for k, size, mtime in page:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(mtime))
+        if mode == "list-time":
+            when = params.get("time", "9999-99-99T99:99:99Z")
         out.append("<Contents><Key>%s</Key><LastModified>%s</LastModified>"
                    "<ETag>&quot;0&quot;</ETag><Size>%d</Size>"
                    "<StorageClass>STANDARD</StorageClass></Contents>" %
-                   (xml_escape(k), time.strftime(
-                       "%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(mtime)), size))
+                   (xml_escape(k), xml_escape(when), size))
     out.append("</ListBucketResult>")
     return Answer(200, [("Content-Type", "application/xml")],
                   "".join(out).encode())
