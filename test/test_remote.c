@@ -882,29 +882,62 @@ TEST(the_disk_cache_survives_a_restart_and_is_shared_by_processes)
     keel_close(w);
 }
 
-/* The object and bytes of the first pack of version 1 at url. */
+/* An index published as name (seed), and the first pack of its version 1:
+** a client, the pack's bucket and key, and its bytes, to damage or remove
+** and put back. */
+typedef struct pack_fixture {
+    keel_index *w;
+    keel_s3 *s3;
+    char url[256], b[64], key[1400];
+    void *orig;
+    size_t len;
+} pack_fixture;
+
+static void
+pack_fixture_close(pack_fixture *f)
+{
+    keel__free(f->orig);
+    keel__s3_close(f->s3);
+    keel_close(f->w);
+}
+
 static int
-first_pack(const char *url, keel_s3 **s3, char *b, char *key, size_t cap,
-           void **data, size_t *len)
+pack_open(pack_fixture *f, const char *name, uint64_t seed)
 {
     char prefix[1024], mkey[1400];
-    int rc = keel__s3_url_parse(url, b, 64, prefix, sizeof prefix);
-    if (rc || (rc = keel__s3_open(NULL, s3)))
+    memset(f, 0, sizeof *f);
+    f->w = published(f->url, sizeof f->url, name, seed, N);
+    if (!f->w)
+        return KEEL_EIO;
+    int rc = keel__s3_url_parse(f->url, f->b, sizeof f->b, prefix,
+                                sizeof prefix);
+    if (rc || (rc = keel__s3_open(NULL, &f->s3)))
         return rc;
     keel__man_key(mkey, sizeof mkey, prefix, 1);
     void *md;
     size_t ml;
     keel_manifest m;
-    if ((rc = keel__s3_get(*s3, b, mkey, NULL, KEEL_MAN_MAX_BYTES, &md, &ml,
-                           NULL)))
+    if ((rc = keel__s3_get(f->s3, f->b, mkey, NULL, KEEL_MAN_MAX_BYTES, &md,
+                           &ml, NULL)))
         return rc;
     rc = keel__manifest_decode(md, ml, mkey, 1, &m);
     keel__free(md);
     if (rc)
         return rc;
-    keel__pack_key(key, cap, prefix, &m.packs[0]);
+    keel__pack_key(f->key, sizeof f->key, prefix, &m.packs[0]);
     keel__manifest_free(&m);
-    return keel__s3_get(*s3, b, key, NULL, 1u << 30, data, len, NULL);
+    return keel__s3_get(f->s3, f->b, f->key, NULL, 1u << 30, &f->orig,
+                        &f->len, NULL);
+}
+
+/* KEEL_OK, or the error, with nothing left open. */
+static int
+pack_fixture_open(pack_fixture *f, const char *name, uint64_t seed)
+{
+    int rc = pack_open(f, name, seed);
+    if (rc)
+        pack_fixture_close(f);
+    return rc;
 }
 
 /* Searches r; KEEL_EIO expected for every query (rc_all 1) or at least one. */
@@ -925,28 +958,22 @@ search_rc(keel_index *r, uint64_t seed)
 TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
 {
     NEED_SERVER();
-    char url[256];
-    keel_index *w = published(url, sizeof url, "damage", 51, N);
-    CHECK(w != NULL);
-    keel_s3 *s3 = NULL;
-    char b[64], key[1400];
-    void *orig;
-    size_t len;
-    CHECK_OK(first_pack(url, &s3, b, key, sizeof key, &orig, &len));
-    CHECK(len > 4 * G);
+    pack_fixture f;
+    CHECK_OK(pack_fixture_open(&f, "damage", 51));
+    CHECK(f.len > 4 * G);
     for (int mode = 0; mode < 2; mode++) {
         keel_index *r;
-        CHECK_OK(keel_open_reader(url, NULL, &r)); /* header pages in */
-        uint8_t *bad = malloc(len);
-        memcpy(bad, orig, len);
-        size_t bad_len = len;
+        CHECK_OK(keel_open_reader(f.url, NULL, &r)); /* header pages in */
+        uint8_t *bad = malloc(f.len);
+        memcpy(bad, f.orig, f.len);
+        size_t bad_len = f.len;
         if (mode == 0) {
             bad_len = 3 * G + 100; /* truncated past the header pages */
         } else {
-            for (size_t off = 3 * G + 77; off < len; off += G)
+            for (size_t off = 3 * G + 77; off < f.len; off += G)
                 bad[off] ^= 0x20; /* a flipped byte in every other page */
         }
-        CHECK_OK(keel__s3_put(s3, b, key, bad, bad_len, 0, NULL));
+        CHECK_OK(keel__s3_put(f.s3, f.b, f.key, bad, bad_len, 0, NULL));
         /* the announced path fails */
         CHECK_ERR(search_rc(r, 61), KEEL_EIO);
         CHECK_MSG_HAS(mode == 0 ? "pack/" : "does not match");
@@ -958,20 +985,18 @@ TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
             grc = keel_get(r, id, v);
         CHECK_ERR(grc, KEEL_EIO);
         /* the fault cleared: the next calls work and are right */
-        CHECK_OK(keel__s3_put(s3, b, key, orig, len, 0, NULL));
-        CHECK(same_results(w, r, 62, NULL));
+        CHECK_OK(keel__s3_put(f.s3, f.b, f.key, f.orig, f.len, 0, NULL));
+        CHECK(same_results(f.w, r, 62, NULL));
         for (uint64_t id = 0; id < N; id += 37) {
             float u[DIM];
             CHECK_OK(keel_get(r, id, v));
-            CHECK_OK(keel_get(w, id, u));
+            CHECK_OK(keel_get(f.w, id, u));
             CHECK(memcmp(u, v, sizeof u) == 0);
         }
         free(bad);
         keel_close(r);
     }
-    keel__free(orig);
-    keel__s3_close(s3);
-    keel_close(w);
+    pack_fixture_close(&f);
 }
 
 
@@ -982,30 +1007,22 @@ TEST(a_truncated_or_damaged_pack_fails_closed_and_heals)
 TEST(a_missing_pack_fails_a_search_naming_the_object_and_the_status)
 {
     NEED_SERVER();
-    char url[256];
-    keel_index *w = published(url, sizeof url, "gone", 57, N);
-    CHECK(w != NULL);
-    keel_s3 *s3 = NULL;
-    char b[64], key[1400];
-    void *orig;
-    size_t len;
-    CHECK_OK(first_pack(url, &s3, b, key, sizeof key, &orig, &len));
+    pack_fixture f;
+    CHECK_OK(pack_fixture_open(&f, "gone", 57));
     keel_index *r;
-    CHECK_OK(keel_open_reader(url, NULL, &r)); /* header pages in */
-    CHECK_OK(keel__s3_delete(s3, b, key));
+    CHECK_OK(keel_open_reader(f.url, NULL, &r)); /* header pages in */
+    CHECK_OK(keel__s3_delete(f.s3, f.b, f.key));
     CHECK_ERR(search_rc(r, 63), KEEL_EIO);
     printf("     %.*s\n", (int)strcspn(keel_errmsg(), "\n"), keel_errmsg());
-    CHECK_MSG_HAS(key);
+    CHECK_MSG_HAS(f.key);
     CHECK_MSG_HAS("404");
     CHECK_MSG_HAS("NoSuchKey");
     CHECK_MSG_HAS("help:");
     CHECK(strstr(keel_errmsg(), "check the disk") == NULL);
-    CHECK_OK(keel__s3_put(s3, b, key, orig, len, 0, NULL));
-    CHECK(same_results(w, r, 64, NULL));
+    CHECK_OK(keel__s3_put(f.s3, f.b, f.key, f.orig, f.len, 0, NULL));
+    CHECK(same_results(f.w, r, 64, NULL));
     keel_close(r);
-    keel__free(orig);
-    keel__s3_close(s3);
-    keel_close(w);
+    pack_fixture_close(&f);
 }
 
 /* The uid of the second user the cache test runs as, made if missing
