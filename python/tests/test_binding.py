@@ -504,7 +504,8 @@ def run_script(script, timeout=90):
 OTHER_CALLS = """
     import faulthandler, os, sys, threading, time
     import numpy as np, keel
-    faulthandler.dump_traceback_later(30, exit=True)
+    # A deadlock never ends; 44,000 adds take 10-30 s on 2 busy cores.
+    faulthandler.dump_traceback_later(120, exit=True)
     ix = keel.VectorIndex(%r, 32, threads=2)
     v = np.random.default_rng(0).random((50000, 32), dtype=np.float32)
 
@@ -541,7 +542,7 @@ def test_calls_on_another_thread_during_add_batch_do_not_deadlock(path):
     ix.flush()
     assert len(ix) == 4000 * len(CALLS)
     """
-    rc, out, err = run_script(OTHER_CALLS % (path, body))
+    rc, out, err = run_script(OTHER_CALLS % (path, body), timeout=150)
     assert rc == 0 and out == "ok\n", (rc, out, err)
 
 
@@ -556,7 +557,7 @@ def test_calls_on_another_thread_during_compact_do_not_deadlock(path):
     during(ix.compact)
     assert ix.stats()["deleted"] == 0 and len(ix) == 8000
     """
-    rc, out, err = run_script(OTHER_CALLS % (path, body))
+    rc, out, err = run_script(OTHER_CALLS % (path, body), timeout=150)
     assert rc == 0 and out == "ok\n", (rc, out, err)
 
 
