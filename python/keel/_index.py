@@ -70,7 +70,7 @@ def versions(url):
     (a UTC datetime, as the store lists the manifest, or None), newest
     (True for the largest, the one readers open) and latest_hint (True for
     the one the `latest` hint names). One listing and one GET. Nothing
-    published there raises NotFoundError; a listing the store does not end
+    published there raises IndexNotFoundError; a listing the store does not end
     raises IndexIOError."""
     import datetime
     utc = datetime.timezone.utc

@@ -57,8 +57,8 @@ module_prune(PyObject *mod, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     rc = keel_prune(url, (uint32_t)keep, &o);
     Py_END_ALLOW_THREADS
-    if (rc)
-        return keel_py_raise(rc);
+    if (rc) /* nothing published at url: IndexNotFoundError, as an open */
+        return keel_py_raise_opening(rc);
     return PyLong_FromUnsignedLongLong(removed);
 }
 
@@ -106,7 +106,7 @@ module_versions(PyObject *mod, PyObject *url_obj)
     Py_END_ALLOW_THREADS
     if (rc) {
         free(l.v);
-        return keel_py_raise(rc);
+        return keel_py_raise_opening(rc); /* as prune's */
     }
     PyObject *out = PyList_New((Py_ssize_t)l.n);
     for (size_t i = 0; out && i < l.n; i++) {

@@ -59,8 +59,13 @@ def test_a_published_index_searches_like_the_file(tmp_path):
 
 
 def test_a_url_with_no_index_is_not_found():
-    with pytest.raises(keel.NotFoundError, match="no index is published"):
-        keel.IndexReader(url("nothing-here"))
+    # the same class from each call on a URL: no index there, not no id
+    for call in (keel.IndexReader, keel.versions, keel.prune):
+        with pytest.raises(keel.IndexNotFoundError,
+                           match="no index is published"):
+            call(url("nothing-here"))
+        with pytest.raises(FileNotFoundError):
+            call(url("nothing-here"))
 
 
 def test_prune_keeps_the_newest_versions(tmp_path):
