@@ -706,6 +706,70 @@ TEST(reader_count_stat_and_check_follow_a_compaction)
     CHECK_OK(keel_close(w));
 }
 
+/* Every call that reads through a reader, made first on a fresh reader
+** after a compaction and a flush to the new file, serves the new file:
+** each goes through the read bracket, whose first step is the follow.
+** Vectors 100..104 exist only in the compacted file. */
+TEST(every_read_of_a_reader_follows_a_compaction)
+{
+    const char *kinds[] = {"get", "get_batch", "ids", "search_batch",
+                           "search_radius", "backup"};
+    for (size_t kind = 0; kind < sizeof kinds / sizeof *kinds; kind++) {
+        char name[32];
+        snprintf(name, sizeof name, "every-%s.keel", kinds[kind]);
+        keel_index *w = fill(name, 10, NULL), *r;
+        CHECK(w);
+        CHECK_OK(keel_open_reader(test_path(name), NULL, &r));
+        CHECK_OK(keel_compact(w));
+        float v[DIM];
+        for (uint64_t i = 0; i < 5; i++) {
+            td_vec_of(100 + i, DIM, v);
+            CHECK_OK(keel_add_with_id(w, 100 + i, v));
+        }
+        CHECK_OK(keel_flush(w));
+        td_vec_of(102, DIM, v);
+        float got[DIM];
+        uint64_t id = 102, ids[32];
+        keel_result res[4];
+        size_t n = 0;
+        int seen = 0;
+        switch (kind) {
+        case 0:
+            seen = keel_get(r, id, got) == KEEL_OK;
+            break;
+        case 1:
+            seen = keel_get_batch(r, &id, 1, got, NULL) == KEEL_OK;
+            break;
+        case 2:
+            CHECK_OK(keel_ids(r, KEEL_IDS_FIRST, ids, 32, &n));
+            seen = n == 15 && ids[12] == 102;
+            break;
+        case 3:
+            CHECK_OK(keel_search_batch(r, v, 1, 1, NULL, res, &n));
+            seen = n == 1 && res[0].id == 102;
+            break;
+        case 4:
+            CHECK_OK(keel_search_radius(r, v, 0.0f, 4, NULL, res, &n));
+            seen = n == 1 && res[0].id == 102;
+            break;
+        case 5: {
+            const char *dest = test_path("every-backup.keel");
+            keel_index *b;
+            CHECK_OK(keel_backup(r, dest));
+            CHECK_OK(keel_open_reader(dest, NULL, &b));
+            seen = keel_count(b) == 15;
+            CHECK_OK(keel_close(b));
+            break;
+        }
+        }
+        if (!seen)
+            fprintf(stderr, "  %s did not follow\n", kinds[kind]);
+        CHECK(seen);
+        CHECK_OK(keel_close(r));
+        CHECK_OK(keel_close(w));
+    }
+}
+
 /* Copies the file at from to to (a backup, as cp makes it). */
 static int
 copy_file(const char *from, const char *to)

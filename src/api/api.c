@@ -884,6 +884,13 @@ search_wait_workers(search_job *j)
     pthread_mutex_unlock(&j->mu);
 }
 
+static int
+search_oom(void)
+{
+    return keel__fail(KEEL_ENOMEM, "out of memory during a search\nhelp: "
+                      "free memory, or lower ef and k");
+}
+
 /* Runs nq searches under one shared lock and one view; a batch of many
 ** queries without a callback filter runs on the handle's threads. */
 static int
@@ -892,8 +899,6 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             int batch)
 {
     int rc;
-    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
-        return rc;
     for (size_t i = 0; i < nq; i++)
         if ((rc = check_vector(idx, queries + i * idx->dim, "query",
                                batch ? (long long)i : -1, 0)))
@@ -902,17 +907,18 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
     keel_idset set;
     if ((rc = keel__params_accept(p, &acc, &set)))
         return rc;
-    keel__swap_shared(idx);
-    uint64_t rgen = keel__remote_begin(idx);
-    keel_view v;
-    rc = keel__store_view(idx->st, &v);
+    keel_read r;
+    if ((rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES))) {
+        keel__idset_free(&set);
+        return rc == KEEL_ENOMEM ? search_oom() : rc;
+    }
     /* A search of a published index waits for GETs: it asks the cancel
      * callback (read under swap_lock, which its setter holds exclusive)
      * while it waits. A file's search never does. */
     keel_stop stop;
     keel__stop_init(&stop, idx->st->remote ? idx->cancel : NULL,
                     idx->cancel_arg);
-    search_job job = {.idx = idx, .view = &v, .acc = &acc, .queries = queries,
+    search_job job = {.idx = idx, .view = &r.v, .acc = &acc, .queries = queries,
                       .nq = nq, .k = k, .out = out, .n_out = n_out,
                       .filters = p ? p->query_filters : NULL,
                       .stop = stop.fn ? &stop : NULL,
@@ -929,7 +935,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&job.mu, NULL);
     }
-    for (uint32_t t = 1; !rc && t < threads && t <= 64; t++) {
+    for (uint32_t t = 1; t < threads && t <= 64; t++) {
         pthread_mutex_lock(&job.mu);
         job.running++;
         pthread_mutex_unlock(&job.mu);
@@ -941,20 +947,17 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
             pthread_mutex_unlock(&job.mu);
         }
     }
-    if (!rc) {
-        search_run(&job);
-        if (started)
-            search_wait_workers(&job);
-        for (uint32_t t = 0; t < started; t++)
-            pthread_join(tid[t], NULL);
-        rc = job.rc;
-    }
+    search_run(&job);
+    if (started)
+        search_wait_workers(&job);
+    for (uint32_t t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    rc = job.rc;
     if (threads > 1) {
         pthread_cond_destroy(&job.done);
         pthread_mutex_destroy(&job.mu);
     }
-    rc = keel__remote_end(idx, rgen, rc);
-    keel__swap_unlock(idx);
+    rc = keel__read_leave(idx, &r, rc);
     keel__idset_free(&set);
     /* stop.c invariant (2): a stop the callback asked for is the answer,
      * whatever else the search met meanwhile. */
@@ -965,8 +968,7 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
                           "fetched whole stay cached): search again",
                           idx->path);
     if (rc == KEEL_ENOMEM)
-        return keel__fail(KEEL_ENOMEM, "out of memory during a search\nhelp: "
-                          "free memory, or lower ef and k");
+        return search_oom();
     if (rc && rc == job.rc && job.msg[0])
         return keel__fail(rc, "%s", job.msg); /* perhaps a worker's */
     return rc;
@@ -1008,15 +1010,12 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
         return keel__null_handle("keel_get");
     NEED(vec_out, "keel_get was given vec_out = NULL\nhelp: pass room for %u "
          "floats", idx->dim);
-    int rc;
-    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES);
+    if (rc)
         return rc;
-    keel__swap_shared(idx);
-    uint64_t rgen = keel__remote_begin(idx);
-    keel_view v;
     uint64_t slot;
-    rc = keel__store_view(idx->st, &v);
-    if (!rc && (rc = keel__store_id_lookup(&v, id, &slot)) == KEEL_ENOTFOUND)
+    if ((rc = keel__store_id_lookup(&r.v, id, &slot)) == KEEL_ENOTFOUND)
         rc = keel__fail(KEEL_ENOTFOUND, "no live vector has id %llu in %s\n"
                         "help: check the id; deleted vectors cannot be read",
                         (unsigned long long)id, idx->path);
@@ -1030,9 +1029,7 @@ keel_get(keel_index *idx, uint64_t id, float *vec_out)
         else
             memcpy(vec_out, src, idx->dim * sizeof(float));
     }
-    rc = keel__remote_end(idx, rgen, rc);
-    keel__swap_unlock(idx);
-    return rc;
+    return keel__read_leave(idx, &r, rc);
 }
 
 uint64_t
@@ -1040,9 +1037,11 @@ keel_count(keel_index *idx)
 {
     if (!idx)
         return 0;
-    if (!idx->writer && keel__reader_follow(idx, 0) != KEEL_OK)
-        keel__clear_error(); /* counts the snapshot it has */
-    keel__swap_shared(idx);
+    /* A reader counts its view; a reader's failed view counts 0. */
+    keel_read r;
+    if (keel__read_enter(idx, &r, KEEL_READ_ANYWAY |
+                                  (idx->writer ? 0 : KEEL_READ_VIEW)))
+        return 0;
     uint64_t n;
     if (idx->writer) {
         keel_store *st = idx->st;
@@ -1050,10 +1049,9 @@ keel_count(keel_index *idx)
         uint64_t dead = KEEL_LOAD_RELAXED(&st->pub_deleted);
         n = slots > dead ? slots - dead : 0;
     } else {
-        keel_view v;
-        n = keel__store_view(idx->st, &v) == KEEL_OK ? v.count - v.deleted : 0;
+        n = r.v.count - r.v.deleted;
     }
-    keel__swap_unlock(idx);
+    keel__read_leave(idx, &r, KEEL_OK);
     return n;
 }
 
@@ -1071,42 +1069,9 @@ keel_refresh(keel_index *idx)
         return keel__null_handle("keel_refresh");
     if (idx->writer)
         return KEEL_OK;
-    int rc = keel__reader_follow(idx, 1);
-    if (rc)
-        return rc;
-    keel__swap_shared(idx);
-    keel_view v;
-    rc = keel__store_view(idx->st, &v);
-    keel__swap_unlock(idx);
-    return rc;
-}
-
-/* Takes what keel_stat and keel_check read through: a writer's write_lock
-** (a write in progress changes the commit they read, and a writer's store
-** changes only under it), a reader's swap_lock shared after following a
-** compaction. report: whether a reader says so when its path names another
-** index. */
-static int
-read_begin(keel_index *idx, int report)
-{
-    if (idx->writer) {
-        pthread_mutex_lock(&idx->write_lock);
-        return KEEL_OK;
-    }
-    int rc = keel__reader_follow(idx, report);
-    if (rc)
-        return rc;
-    keel__swap_shared(idx);
-    return KEEL_OK;
-}
-
-static void
-read_end(keel_index *idx)
-{
-    if (idx->writer)
-        pthread_mutex_unlock(&idx->write_lock);
-    else
-        keel__swap_unlock(idx);
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_REPORT | KEEL_READ_VIEW);
+    return rc ? rc : keel__read_leave(idx, &r, KEEL_OK);
 }
 
 int
@@ -1117,14 +1082,12 @@ keel_stat(keel_index *idx, keel_stats *out)
         return keel__null_handle("keel_stat");
     NEED(out, "keel_stat was given out = NULL\nhelp: pass a keel_stats to fill");
     keel_stats s;
-    int rc = read_begin(idx, 0);
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_WRITE_LOCK | KEEL_READ_PAGES);
     if (rc)
         return rc;
-    uint64_t rgen = idx->writer ? 0 : keel__remote_begin(idx);
     rc = keel__store_stats(idx->st, &s);
-    if (!idx->writer)
-        rc = keel__remote_end(idx, rgen, rc);
-    read_end(idx);
+    rc = keel__read_leave(idx, &r, rc);
     if (!rc)
         *out = s;
     return rc;
@@ -1136,19 +1099,17 @@ keel_check(keel_index *idx)
     keel__clear_error();
     if (!idx)
         return keel__null_handle("keel_check");
-    int rc = read_begin(idx, 1);
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_WRITE_LOCK | KEEL_READ_PAGES |
+                                       KEEL_READ_REPORT);
     if (rc)
         return rc;
-    uint64_t rgen = idx->writer ? 0 : keel__remote_begin(idx);
     /* A check reads every page: a published index read without faults
      * fetches them all first (store/pagein.h; held until the call ends). */
     rc = keel__store_need_all(idx->st);
     if (!rc)
         rc = keel__store_check(idx->st);
-    if (!idx->writer)
-        rc = keel__remote_end(idx, rgen, rc);
-    read_end(idx);
-    return rc;
+    return keel__read_leave(idx, &r, rc);
 }
 
 /* For the api layer's other files (radius.c). */

@@ -1,8 +1,8 @@
 /* api_batch.c -- many ids at once: keel_get_batch, keel_delete_batch and
 ** the listing of live ids (keel_ids).
 **
-** The same locks as api.c (see its top): reads hold swap_lock shared and
-** work from one view, so every id of a call is looked up in the same state;
+** The same locks as api.c (handle.h): reads go through the read bracket
+** (follow.h), holding swap_lock shared and working from one view, so every id of a call is looked up in the same state;
 ** keel_delete_batch holds write_lock from its first lookup to its last
 ** delete, so nothing changes between checking the ids and deleting them.
 **
@@ -21,27 +21,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-/* A reader first moves to the file a compaction put at its path. */
-static int
-read_lock(keel_index *idx)
-{
-    int rc;
-    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
-        return rc;
-    keel__swap_shared(idx);
-    return KEEL_OK;
-}
-
-/* The read's end: a published index's failed fetch turns it into KEEL_EIO
-** (cache.h). */
-static int
-read_unlock(keel_index *idx, uint64_t gen, int rc)
-{
-    rc = keel__remote_end(idx, gen, rc);
-    keel__swap_unlock(idx);
-    return rc;
-}
 
 /* " (position 3 of 10)", or "" for a batch of one. */
 static const char *
@@ -76,16 +55,14 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
     uint64_t *slots = keel__malloc(n * sizeof *slots);
     if (!slots)
         return KEEL_ENOMEM;
-    int rc = read_lock(idx);
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES);
     if (rc) {
         keel__free(slots);
         return rc;
     }
-    uint64_t rgen = keel__remote_begin(idx);
-    keel_view v;
-    rc = keel__store_view(idx->st, &v);
     for (size_t i = 0; i < n && !rc; i++) {
-        int lrc = keel__store_id_lookup(&v, ids[i], &slots[i]);
+        int lrc = keel__store_id_lookup(&r.v, ids[i], &slots[i]);
         if (lrc == KEEL_OK) {
             /* A published index read without faults (store/pagein.h). */
             uint32_t s32 = (uint32_t)slots[i];
@@ -124,7 +101,7 @@ keel_get_batch(keel_index *idx, const uint64_t *ids, size_t n, float *out,
                 memcpy(row, src, dim * sizeof(float));
         }
     }
-    rc = read_unlock(idx, rgen, rc);
+    rc = keel__read_leave(idx, &r, rc);
     keel__free(slots);
     return rc;
 }
@@ -246,22 +223,21 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
     if (!out)
         return keel__fail(KEEL_EINVAL, "keel_ids was given out = NULL with "
                           "cap = %zu\nhelp: pass room for cap ids", cap);
-    int rc = read_lock(idx);
+    keel_read r;
+    int rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES);
     if (rc)
         return rc;
-    uint64_t rgen = keel__remote_begin(idx);
-    keel_view v;
-    rc = keel__store_view(idx->st, &v);
+    const keel_view *v = &r.v;
     size_t n = 0;
     /* Invariant (3): the cap smallest live ids above after, kept in a
      * max-heap; in slot order ids mostly grow, so once the heap is full
      * most candidates lose to its top at once. Ids are unique among live
      * slots, so no id enters twice. */
-    for (uint64_t s = 0; !rc && s < v.count; s++) {
+    for (uint64_t s = 0; !rc && s < v->count; s++) {
         if (s % 256 == 0 && keel__store_announces(idx->st)) {
             /* The next headers, fetched before they are read. */
             uint32_t batch[256], nb = 0;
-            for (uint64_t t = s; t < v.count && nb < 256; t++)
+            for (uint64_t t = s; t < v->count && nb < 256; t++)
                 batch[nb++] = (uint32_t)t;
             if ((rc = keel__store_need_slots(idx->st, batch, nb,
                                              KEEL_NEED_HDR)))
@@ -272,7 +248,7 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
             continue;
         if (n == cap && id >= out[0])
             continue;
-        if (!keel__store_present(&v, s))
+        if (!keel__store_present(v, s))
             continue;
         if (n < cap) {
             out[n] = id;
@@ -282,7 +258,7 @@ keel_ids(keel_index *idx, uint64_t after, uint64_t *out, size_t cap,
             heap_down(out, n, 0);
         }
     }
-    rc = read_unlock(idx, rgen, rc);
+    rc = keel__read_leave(idx, &r, rc);
     if (rc)
         return rc;
     for (size_t m = n; m > 1; m--) { /* heap sort, smallest first */

@@ -298,10 +298,10 @@ backup_reader(backup *b)
 {
     keel_index *idx = b->idx;
     for (int round = 0; round < READER_TRIES; round++) {
-        int rc = keel__reader_follow(idx, 1);
+        keel_read r;
+        int rc = keel__read_enter(idx, &r, KEEL_READ_REPORT);
         if (rc)
             return rc;
-        keel__swap_shared(idx);
         b->st = idx->st;
         uint64_t before[4], after[4];
         keel__store_header_words(b->st, before);
@@ -323,7 +323,7 @@ backup_reader(backup *b)
         if (!rc)
             rc = restore_lists(b);
         keel__store_header_words(b->st, after);
-        keel__swap_unlock(idx);
+        rc = keel__read_leave(idx, &r, rc);
         if (rc)
             return rc;
         if (memcmp(before, after, sizeof before) == 0)

@@ -1,6 +1,7 @@
 /* follow.c -- a reader moving to what replaced its own: the file a
 ** compaction renamed over its path, or a newer version of a published
-** index; and where a handle moves to another store.
+** index; where a handle moves to another store; and the read bracket
+** (keel__read_enter/leave, follow.h), whose first step is the follow.
 **
 ** A file: a snapshot with the superseded flag (compact.c) makes the reader
 ** look at the path again; once the path names another file it opens that
@@ -19,8 +20,9 @@
 ** keeps searching the old file, which stays valid (an open file outlives
 ** its name); the refused file is remembered by device and inode and not
 ** opened again, and keel_refresh and keel_check report it, naming both
-** files. Every call that reads a reader follows first: searches, get,
-** count, stat, check, refresh.
+** files. Every call that reads a reader follows first, through the read
+** bracket: searches, get, count, stat, check, refresh, batch get, ids,
+** radius search, backup.
 **
 ** A published index: keel__remote_follow polls for a newer version and
 ** switches the reader's cache to it (see its invariant below).
@@ -321,4 +323,45 @@ keel__reader_follow(keel_index *idx, int report)
     keel__swap_unlock(idx);
     keel__store_close(st);
     return KEEL_OK;
+}
+
+/* --- the read bracket (follow.h) ------------------------------------------ */
+
+int
+keel__read_enter(keel_index *idx, keel_read *r, unsigned how)
+{
+    r->how = how;
+    r->gen = 0;
+    if (idx->writer && (how & KEEL_READ_WRITE_LOCK)) {
+        pthread_mutex_lock(&idx->write_lock);
+    } else {
+        if (!idx->writer) {
+            int rc = keel__reader_follow(idx, (how & KEEL_READ_REPORT) != 0);
+            if (rc && !(how & KEEL_READ_ANYWAY))
+                return rc;
+            if (rc)
+                keel__clear_error(); /* reads the snapshot it has */
+        }
+        keel__swap_shared(idx);
+    }
+    if (how & KEEL_READ_PAGES)
+        r->gen = keel__remote_begin(idx);
+    if (how & KEEL_READ_VIEW) {
+        int rc = keel__store_view(idx->st, &r->v);
+        if (rc)
+            return keel__read_leave(idx, r, rc);
+    }
+    return KEEL_OK;
+}
+
+int
+keel__read_leave(keel_index *idx, keel_read *r, int rc)
+{
+    if (r->how & KEEL_READ_PAGES)
+        rc = keel__remote_end(idx, r->gen, rc);
+    if (idx->writer && (r->how & KEEL_READ_WRITE_LOCK))
+        pthread_mutex_unlock(&idx->write_lock);
+    else
+        keel__swap_unlock(idx);
+    return rc;
 }

@@ -180,6 +180,13 @@ walk(radius_job *j)
 
 /* --- the call ------------------------------------------------------------ */
 
+static int
+radius_oom(void)
+{
+    return keel__fail(KEEL_ENOMEM, "out of memory during a radius search\n"
+                      "help: free memory, or lower max_results");
+}
+
 int
 keel_search_radius(keel_index *idx, const float *query, float radius,
                    size_t max_results, const keel_search_params *p,
@@ -216,8 +223,6 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         NEED(p->ef <= 100000, "ef is %u, but has to be at most 100,000\n"
              "help: 64 to 512 covers most recall targets", p->ef);
     }
-    if (!idx->writer && (rc = keel__reader_follow(idx, 0)))
-        return rc;
     if ((rc = keel__check_query(idx, query)))
         return rc;
     keel_accept acc;
@@ -229,20 +234,22 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         keel__idset_free(&set);
         return KEEL_ENOMEM;
     }
-    keel__swap_shared(idx);
-    uint64_t rgen = keel__remote_begin(idx);
-    keel_view v;
-    keel_search_ctx *c = NULL;
-    rc = keel__store_view(idx->st, &v);
-    if (!rc && !(c = keel__ctx_get(idx)))
-        rc = KEEL_ENOMEM;
-    radius_job j = {.gr = idx->gr, .v = &v, .c = c, .radius = radius,
+    keel_read r;
+    if ((rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES))) {
+        keel__idset_free(&set);
+        keel__free(res);
+        return rc == KEEL_ENOMEM ? radius_oom() : rc;
+    }
+    const keel_view *v = &r.v;
+    keel_search_ctx *c = keel__ctx_get(idx);
+    rc = c ? KEEL_OK : KEEL_ENOMEM;
+    radius_job j = {.gr = idx->gr, .v = v, .c = c, .radius = radius,
                     .cap = max_results, .acc = &acc, .res = res};
     uint32_t ef = p && p->ef ? p->ef : idx->ef_search;
     j.beam = KEEL_MAX((size_t)ef, max_results);
     j.r_int = idx->metric == KEEL_L2
             ? nextafterf(radius * radius, INFINITY) : radius;
-    if (!rc && v.count && v.entry != KEEL_EMPTY && v.entry < v.limit) {
+    if (!rc && v->count && v->entry != KEEL_EMPTY && v->entry < v->limit) {
         j.q = keel__prep_query(idx, query, c->vbuf);
         if (acc.allowed && acc.allowed->n <= 2 * j.beam)
             rc = scan_allowed(&j);
@@ -271,12 +278,8 @@ keel_search_radius(keel_index *idx, const float *query, float radius,
         *n_out = n;
     }
     keel__ctx_put(idx, c);
-    rc = keel__remote_end(idx, rgen, rc);
-    keel__swap_unlock(idx);
+    rc = keel__read_leave(idx, &r, rc);
     keel__idset_free(&set);
     keel__free(res);
-    if (rc == KEEL_ENOMEM)
-        return keel__fail(KEEL_ENOMEM, "out of memory during a radius search"
-                          "\nhelp: free memory, or lower max_results");
-    return rc;
+    return rc == KEEL_ENOMEM ? radius_oom() : rc;
 }

@@ -350,7 +350,7 @@ keel_warm(keel_index *idx)
                           "keel_open_reader returned");
     /* Exclusive: the handle's warm thread changes only under it (follow
      * and compaction swap the store under it too). A writer's written
-     * ranges change under write_lock, taken first (api.c's lock order). */
+     * ranges change under write_lock, taken first (handle.h's lock order). */
     if (idx->writer)
         pthread_mutex_lock(&idx->write_lock);
     keel__swap_exclusive(idx);
