@@ -57,7 +57,7 @@
 ** (10) A version is the same index as the one before it (identity,
 **     dimensions, M, metric, precision, codes: keel__header_same_index), or
 **     the caller asked to replace the index there (opt->replace); readers
-**     never follow into another index (life.c), they keep their version.
+**     never follow into another index (follow.c), they keep their version.
 **
 ** (11) A reader's publish (keel_publish of a keel_open_reader handle of a
 **     local file: another process may be writing it) is of a snapshot, as
@@ -930,7 +930,7 @@ keel_publish(keel_index *idx, const char *url, const keel_publish_options *opt)
     if (!rc && !idx->writer) {
         rc = publish_reader(p, idx, h);
     } else if (!rc) {
-        /* The handle's lock order (api.c): write_lock, then swap_lock. */
+        /* The handle's lock order (handle.h): write_lock, then swap_lock. */
         pthread_mutex_lock(&idx->write_lock);
         keel__swap_shared(idx);
         *h = idx->st->committed;
