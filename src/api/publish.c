@@ -122,14 +122,8 @@ static int
 patch_list(uint64_t off, uint64_t len, const uint8_t *bytes, void *arg)
 {
     patches *ps = arg;
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap ? 2 * ps->cap : 64;
-        patch *np = keel__realloc(ps->p, cap * sizeof *np);
-        if (!np)
-            return KEEL_ENOMEM;
-        ps->p = np;
-        ps->cap = cap;
-    }
+    if (keel__grow(&ps->p, &ps->cap, ps->n, sizeof *ps->p))
+        return KEEL_ENOMEM;
     if (ps->room - ps->used < len) {
         size_t room = KEEL_MAX(2 * ps->room, ps->used + (size_t)len + 4096);
         uint8_t *na = keel__realloc(ps->arena, room);

@@ -42,14 +42,8 @@ rsrc_read(void *self, const keel_br_run *run, const void **out)
              g * KEEL_CACHE_GRANULE < end; g++) {
             if (s->ng && s->g[s->ng - 1] >= g)
                 continue; /* ranges are sorted: a granule met already */
-            if (s->ng == s->cap) {
-                size_t cap = s->cap ? 2 * s->cap : 64;
-                uint64_t *p = keel__realloc(s->g, cap * sizeof *p);
-                if (!p)
-                    return -ENOMEM;
-                s->g = p;
-                s->cap = cap;
-            }
+            if (keel__grow(&s->g, &s->cap, s->ng, sizeof *s->g))
+                return -ENOMEM;
             s->g[s->ng++] = g;
         }
         out[i] = r->addr ? r->addr : (const void *)run->r;
