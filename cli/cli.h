@@ -83,6 +83,10 @@ int cli_fail(const char *help, const char *fmt, ...) CLI_PRINTF(2, 3);
 ** CLI_LOCKED or CLI_FAIL. */
 int cli_keel_error(int rc);
 
+/* Closes idx and returns rc, or a failed close's exit status when rc was
+** CLI_OK (a close that fails turns a success into a failure). */
+int cli_close_index(keel_index *idx, int rc);
+
 /* cli_keel_error for a failed keel_add_batch of rows first.. of input
 ** (what messages call the whole input): the library's "vector N of the
 ** batch" becomes "vector first+N of <input>", the row in the whole input. */

@@ -15,17 +15,6 @@
 
 static const char *const index_only[] = {"INDEX"};
 
-/* Closes idx; a failed close turns a success into a failure. */
-static int
-close_index(keel_index *idx, int rc)
-{
-    int krc = keel_close(idx);
-
-    if (krc != KEEL_OK && rc == CLI_OK)
-        return cli_keel_error(krc);
-    return rc;
-}
-
 /* --- info ---------------------------------------------------------------- */
 
 /* The published version a reader of a URL serves, and the newest one
@@ -146,7 +135,7 @@ cmd_info(int argc, char **argv)
         print_info_json(argv[0], &st, &pv);
     else
         print_info_text(argv[0], &st, &pv);
-    return close_index(idx, rc);
+    return cli_close_index(idx, rc);
 }
 
 /* --- check --------------------------------------------------------------- */
@@ -171,7 +160,7 @@ cmd_check(int argc, char **argv)
     if (krc == KEEL_OK)
         krc = keel_stat(idx, &st);
     if (krc != KEEL_OK)
-        return close_index(idx, cli_keel_error(krc));
+        return cli_close_index(idx, cli_keel_error(krc));
     if (opts[0].value != NULL) {
         fputs("{\"index\": ", stdout);
         cli_json_string(stdout, argv[0]);
@@ -182,7 +171,7 @@ cmd_check(int argc, char **argv)
                st.dim, cli_metric_name(st.metric),
                (unsigned long long)st.snapshot,
                (unsigned long long)st.file_bytes);
-        return close_index(idx, CLI_OK);
+        return cli_close_index(idx, CLI_OK);
     }
     printf("ok: %s: %s live vectors, %s deleted, %u dimensions, %s, "
            "snapshot %llu, %s\n",
@@ -190,7 +179,7 @@ cmd_check(int argc, char **argv)
            cli_commas(st.deleted, del, sizeof del), st.dim,
            cli_metric_name(st.metric), (unsigned long long)st.snapshot,
            cli_bytes(st.file_bytes, size, sizeof size));
-    return close_index(idx, CLI_OK);
+    return cli_close_index(idx, CLI_OK);
 }
 
 /* --- delete -------------------------------------------------------------- */
@@ -257,7 +246,7 @@ cmd_delete(int argc, char **argv)
                nids == 1 ? "vector" : "vectors", argv[0]);
     }
     free(ids);
-    return close_index(idx, rc);
+    return cli_close_index(idx, rc);
 }
 
 /* --- get ----------------------------------------------------------------- */
@@ -295,7 +284,7 @@ cmd_get(int argc, char **argv)
         vecs = malloc(nids * (dim ? dim : 1) * sizeof *vecs);
     if (vecs == NULL) {
         free(ids);
-        return close_index(idx, cli_fail("read fewer ids at a time",
+        return cli_close_index(idx, cli_fail("read fewer ids at a time",
                                          "out of memory for %zu vectors of "
                                          "%u floats", nids, dim));
     }
@@ -324,7 +313,7 @@ cmd_get(int argc, char **argv)
     }
     free(vecs);
     free(ids);
-    return close_index(idx, rc);
+    return cli_close_index(idx, rc);
 }
 
 /* --- compact ------------------------------------------------------------- */
@@ -381,5 +370,5 @@ cmd_compact(int argc, char **argv)
     }
     if (krc != KEEL_OK)
         rc = cli_keel_error(krc);
-    return close_index(idx, rc);
+    return cli_close_index(idx, rc);
 }

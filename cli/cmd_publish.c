@@ -14,17 +14,6 @@
 
 #include "cli.h"
 
-/* Closes idx; a failed close turns a success into a failure. */
-static int
-close_index(keel_index *idx, int rc)
-{
-    int krc = keel_close(idx);
-
-    if (krc != KEEL_OK && rc == CLI_OK)
-        return cli_keel_error(krc);
-    return rc;
-}
-
 /* --- publish --------------------------------------------------------------- */
 
 int
@@ -73,7 +62,7 @@ cmd_publish(int argc, char **argv)
                argv[0], argv[1], (unsigned long long)version,
                cli_now() - start, cli_bytes(up, sent, sizeof sent));
     }
-    return close_index(idx, rc);
+    return cli_close_index(idx, rc);
 }
 
 /* --- prune ----------------------------------------------------------------- */

@@ -463,6 +463,16 @@ cli_keel_error(int rc)
 }
 
 int
+cli_close_index(keel_index *idx, int rc)
+{
+    int krc = keel_close(idx);
+
+    if (krc != KEEL_OK && rc == CLI_OK)
+        return cli_keel_error(krc);
+    return rc;
+}
+
+int
 cli_one_stdin(const char *cmd, const char *const *names,
               const char *const *given, size_t n)
 {
