@@ -251,7 +251,7 @@ TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
     const volatile uint8_t *p = m;
     /* Every page but `bad` faults in (zeros, no network), within the
      * bound: the rest were punched (counted). */
-    uint64_t gen = keel__cache_begin(c);
+    uint64_t gen = keel__cache_begin(c, NULL);
     unsigned sum = 0;
     for (int round = 0; round < 2; round++)
         for (uint64_t g = 0; g < npages; g++)
@@ -271,17 +271,17 @@ TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
     /* The pinned pages stayed. */
     CHECK(c->state[0] & KEEL_G_IN);
     /* A fault whose fetch fails: the load completes, the call fails. */
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     sum = p[bad * G + 7];
     CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
     CHECK_MSG_HAS("127.0.0.1:1");
     CHECK_MSG_HAS("help:");
     /* The next call starts clean (the poisoned page is punched) and meets
      * the same failure again rather than the zeros. */
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     CHECK(!(c->state[bad] & KEEL_G_IN));
     CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     sum += p[bad * G + 9];
     CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
     keel__os->unmap(m, npages * G);
@@ -313,7 +313,7 @@ TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
     const volatile uint8_t *p = m;
     /* A call brings every page but `bad` in (zeros, no network): twice the
      * bound, all kept until the call ends, then punched down to it. */
-    uint64_t gen = keel__cache_begin(c);
+    uint64_t gen = keel__cache_begin(c, NULL);
     keel_br_range r[2] = {{KEEL_CACHE_PINNED * G, (bad - KEEL_CACHE_PINNED) * G,
                            NULL},
                           {(bad + 1) * G, (npages - bad - 1) * G, NULL}};
@@ -340,17 +340,17 @@ TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
     CHECK(c->state[0] & KEEL_G_IN); /* the pinned pages stayed */
     /* A read of a page nobody brought in reads zeros: the check fails the
      * call and names the page. */
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     sum = p[bad * G + 7];
     CHECK_EQ(sum, 0);
     CHECK_ERR(keel__cache_end(c, gen, KEEL_OK), KEEL_EIO);
     CHECK_MSG_HAS("touched page 40 ");
     CHECK_MSG_HAS("help:");
     /* Punched out again: the next clean call passes. */
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     CHECK_OK(keel__cache_end(c, gen, KEEL_OK));
     /* An announced fetch that fails fails its call and installs nothing. */
-    gen = keel__cache_begin(c);
+    gen = keel__cache_begin(c, NULL);
     keel_br_range rb = {bad * G, G, NULL};
     CHECK_ERR(keel__cache_bring(c, &rb, 1, &s, NULL), KEEL_EIO);
     CHECK_MSG_HAS("127.0.0.1:1");

@@ -23,6 +23,12 @@
 ** memfd's pages and at most SLACK more (not checked under a sanitizer:
 ** its allocator holds freed memory back); once the calls end, the cache is
 ** within its bound. Without KEEL_TEST_BUCKET the test says so and passes.
+**
+** And without a userfaultfd, a search that begins over the bound waits for
+** the calls running to end (cache.h invariant 8), but a cancel ends that
+** wait as it ends a wait for a GET: a search cancelled at once returns
+** KEEL_ECANCELED within a second while another thread's search of the
+** cold index goes on for seconds through a slow store (100 ms a request).
 */
 #include "test.h"
 #define OBJSTORE_AREA "test-remote-memory"
@@ -325,6 +331,98 @@ TEST(memory_stays_bounded_with_8_threads_calling_through_a_503_storm)
     proxy_down(p);
     free(vecs);
     printf("     in all %.1f s\n", test_now() - t0);
+    alarm(0);
+}
+
+/* --- a call over the bound beside a long one --------------------------- */
+
+typedef struct long_call {
+    keel_index *r;
+    int rc;
+    double took;
+} long_call;
+
+static void *
+search_thread(void *arg)
+{
+    long_call *l = arg;
+    double t0 = test_now();
+    float *q = td_random(1, DIM, 99);
+    keel_result res[K];
+    size_t n = 0;
+    l->rc = keel_search(l->r, q, K, NULL, res, &n);
+    free(q);
+    l->took = test_now() - t0;
+    return NULL;
+}
+
+static pthread_t main_thread;
+
+/* Says stop at once, to the main thread's calls only (the check beside
+** them asks nothing: it is no search). */
+static int
+stop_main(void *arg)
+{
+    (void)arg;
+    return pthread_equal(pthread_self(), main_thread);
+}
+
+TEST(a_cancelled_search_over_the_bound_does_not_wait_for_a_long_call)
+{
+    NEED_SERVER();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    alarm(120);
+    main_thread = pthread_self();
+    char url[256];
+    url_of(url, sizeof url, "drain");
+    keel_index *w;
+    keel_options wo = {.max_connections = 8, .ef_construction = 16};
+    CHECK_OK(keel_open(test_path("drain.keel"), DIM, &wo, &w));
+    float *v = td_random(6000, DIM, 7);
+    CHECK_OK(keel_add_batch(w, v, 6000, NULL, NULL));
+    CHECK_OK(keel_flush(w));
+    CHECK_OK(keel_publish(w, url, NULL));
+    keel_close(w);
+    s3proxy *p = proxy_up();
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    setenv("KEEL_USERFAULTFD", "0", 1);
+    keel_options o = {.memory_cache_bytes = 1};
+    keel_index *r;
+    CHECK_OK(keel_open_reader(url, &o, &r));
+    unsetenv("KEEL_USERFAULTFD");
+    CHECK_OK(keel_set_cancel(r, stop_main, NULL));
+    s3proxy_set_delay_ms(p, 100); /* a slow store: the check takes seconds */
+    long_call l = {.r = r};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, search_thread, &l) == 0);
+    /* until the check holds more than the bound */
+    double t0 = test_now();
+    while (reader_counters(r).resident <= KEEL_CACHE_MIN_GRANULES &&
+           test_now() - t0 < 60)
+        usleep(10000);
+    double s0 = test_now();
+    keel_result res[K];
+    size_t n = 0;
+    int rc = keel_search(r, v, K, NULL, res, &n);
+    double took = test_now() - s0;
+    s0 = test_now();
+    keel_stats st;
+    int src = keel_stat(r, &st);
+    double stat_took = test_now() - s0;
+    pthread_join(t, NULL);
+    printf("     long search %.2f s (%d); cancelled search %.2f s (%d); stat "
+           "%.2f s (%d); resident after %llu\n", l.took, l.rc, took, rc,
+           stat_took, src,
+           (unsigned long long)reader_counters(r).resident);
+    CHECK_EQ(rc, KEEL_ECANCELED);
+    CHECK_MSG(took < 1.0, "a search cancelled at once took %.2f s", took);
+    CHECK_OK(src); /* (a call that begins over the bound waits: stat too) */
+    CHECK_OK(l.rc);
+    keel_close(r);
+    proxy_down(p);
+    free(v);
     alarm(0);
 }
 

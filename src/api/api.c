@@ -907,17 +907,17 @@ search_many(keel_index *idx, const float *queries, size_t nq, size_t k,
     keel_idset set;
     if ((rc = keel__params_accept(p, &acc, &set)))
         return rc;
-    keel_read r;
-    if ((rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES))) {
+    /* A search of a published index waits for GETs, and for eviction
+     * (cache.h invariant 8): it asks the cancel callback (read under
+     * swap_lock, which its setter holds exclusive) while it waits. A
+     * file's search never does. */
+    keel_stop stop;
+    keel_read r = {.stop = &stop};
+    if ((rc = keel__read_enter(idx, &r, KEEL_READ_VIEW | KEEL_READ_PAGES |
+                                            KEEL_READ_CANCEL))) {
         keel__idset_free(&set);
         return rc == KEEL_ENOMEM ? search_oom() : rc;
     }
-    /* A search of a published index waits for GETs: it asks the cancel
-     * callback (read under swap_lock, which its setter holds exclusive)
-     * while it waits. A file's search never does. */
-    keel_stop stop;
-    keel__stop_init(&stop, idx->st->remote ? idx->cancel : NULL,
-                    idx->cancel_arg);
     search_job job = {.idx = idx, .view = &r.v, .acc = &acc, .queries = queries,
                       .nq = nq, .k = k, .out = out, .n_out = n_out,
                       .filters = p ? p->query_filters : NULL,

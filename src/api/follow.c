@@ -332,6 +332,8 @@ keel__read_enter(keel_index *idx, keel_read *r, unsigned how)
 {
     r->how = how;
     r->gen = 0;
+    if (!(how & KEEL_READ_CANCEL))
+        r->stop = NULL;
     if (idx->writer && (how & KEEL_READ_WRITE_LOCK)) {
         pthread_mutex_lock(&idx->write_lock);
     } else {
@@ -344,8 +346,12 @@ keel__read_enter(keel_index *idx, keel_read *r, unsigned how)
         }
         keel__swap_shared(idx);
     }
+    if (r->stop)
+        keel__stop_init(r->stop, idx->st->remote ? idx->cancel : NULL,
+                        idx->cancel_arg);
     if (how & KEEL_READ_PAGES)
-        r->gen = keel__remote_begin(idx);
+        r->gen = keel__remote_begin_stop(idx, r->stop && r->stop->fn ? r->stop
+                                                                     : NULL);
     if (how & KEEL_READ_VIEW) {
         int rc = keel__store_view(idx->st, &r->v);
         if (rc)

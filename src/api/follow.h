@@ -47,14 +47,21 @@ enum {
     KEEL_READ_ANYWAY = 8,     /* a follow that fails is forgotten and the read
                                  goes on with the snapshot the reader has
                                  (keel_count, which returns no error) */
-    KEEL_READ_WRITE_LOCK = 16 /* a writer waits out a write in progress
+    KEEL_READ_WRITE_LOCK = 16, /* a writer waits out a write in progress
                                  (write_lock, not swap_lock): keel_stat and
                                  keel_check read its last commit whole */
+    KEEL_READ_CANCEL = 32     /* r->stop, set by the caller, is a search's
+                                 (below) */
 };
 
 typedef struct keel_read {
     unsigned how;             /* the KEEL_READ_* flags enter was given */
     uint64_t gen;             /* KEEL_READ_PAGES: the cache's generation */
+    keel_stop *stop;          /* KEEL_READ_CANCEL: a search's, set by the
+                                 caller; enter starts it (the handle's
+                                 cancel for a published index, read under
+                                 the lock) and step 3 polls it while it
+                                 waits for eviction (cache.h invariant 8) */
     keel_view v;              /* KEEL_READ_VIEW: the read's view */
 } keel_read;
 

@@ -171,11 +171,18 @@ keel__swap_unlock(keel_index *idx)
 
 /* Around every call that reads a published index's pages, with swap_lock
 ** held shared: a fault whose fetch failed meanwhile turns the call's result
-** into KEEL_EIO (cache.h). No-ops for a file. */
+** into KEEL_EIO (cache.h). No-ops for a file. A search passes its stop:
+** its cancel ends a wait for eviction at the start (cache.h invariant 8). */
+static inline uint64_t
+keel__remote_begin_stop(keel_index *idx, keel_stop *stop)
+{
+    return idx->st->remote ? keel__cache_begin(idx->st->remote, stop) : 0;
+}
+/* The same for a call that nothing cancels. */
 static inline uint64_t
 keel__remote_begin(keel_index *idx)
 {
-    return idx->st->remote ? keel__cache_begin(idx->st->remote) : 0;
+    return keel__remote_begin_stop(idx, NULL);
 }
 static inline int
 keel__remote_end(keel_index *idx, uint64_t gen, int rc)

@@ -177,5 +177,8 @@ double keel__now_s(void);
 ** milliseconds. */
 void keel__cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu,
                         uint32_t ms);
+/* Takes rw exclusively if it can within ms milliseconds: 0, or nonzero
+** (not taken). */
+int keel__wrlock_ms(pthread_rwlock_t *rw, uint32_t ms);
 
 #endif /* KEEL_INTERNAL_H */

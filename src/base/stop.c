@@ -77,3 +77,16 @@ keel__cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, uint32_t ms)
     t.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(cond, mu, &t);
 }
+
+int
+keel__wrlock_ms(pthread_rwlock_t *rw, uint32_t ms)
+{
+    /* CLOCK_REALTIME, pthread_rwlock_timedwrlock's: a step of the clock
+     * changes one wait, no more. */
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += (long)ms * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    return pthread_rwlock_timedwrlock(rw, &t);
+}

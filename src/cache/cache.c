@@ -251,37 +251,74 @@ evict_idle(keel_cache *c)
 /* Calls of this thread that hold a cache's gate now (any cache's). */
 static _Thread_local unsigned gate_held;
 
+/* Takes the gate exclusively for eviction, waiting for the calls that
+** hold it to end; with stop (NULL: none) in slices that poll it: 0 once
+** taken, nonzero when stop said stop first (not taken). */
+static int
+gate_take(keel_cache *c, keel_stop *stop)
+{
+    uint32_t ms = keel__stop_slice_ms(stop);
+    if (ms == UINT32_MAX) {
+        pthread_rwlock_wrlock(&c->gate);
+        return 0;
+    }
+    for (;;) {
+        if (keel__wrlock_ms(&c->gate, ms) == 0)
+            return 0;
+        if (keel__stop_poll(stop))
+            return 1;
+        ms = keel__stop_slice_ms(stop);
+    }
+}
+
 /* Without a userfaultfd, at the start of a call over the bound: the first
 ** such call holds new calls off (draining), waits for the running ones to
 ** end and evicts; the others wait for it. Calls that never all end at once
-** then cannot put eviction off for ever (cache.h invariant 8). */
+** then cannot put eviction off for ever (cache.h invariant 8). A call
+** whose stop says stop meanwhile waits no more (the drain it ran is
+** abandoned, its waiters go on): its own polls then end it, as they end a
+** call that waits for a GET. */
 static void
-evict_drain(keel_cache *c)
+evict_drain(keel_cache *c, keel_stop *stop)
 {
     pthread_mutex_lock(&c->mu);
     if (c->draining) {
-        while (c->draining)
-            pthread_cond_wait(&c->drained, &c->mu);
+        uint32_t ms = keel__stop_slice_ms(stop);
+        while (c->draining) {
+            if (ms == UINT32_MAX) {
+                pthread_cond_wait(&c->drained, &c->mu);
+                continue;
+            }
+            keel__cond_wait_ms(&c->drained, &c->mu, ms);
+            pthread_mutex_unlock(&c->mu);
+            int stopped = keel__stop_poll(stop);
+            ms = keel__stop_slice_ms(stop);
+            pthread_mutex_lock(&c->mu);
+            if (stopped)
+                break;
+        }
         pthread_mutex_unlock(&c->mu);
         return;
     }
     c->draining = 1;
     pthread_mutex_unlock(&c->mu);
-    pthread_rwlock_wrlock(&c->gate);
+    int gave_up = gate_take(c, stop);
     pthread_mutex_lock(&c->mu);
-    evict_locked(c);
+    if (!gave_up)
+        evict_locked(c);
     c->draining = 0;
     pthread_cond_broadcast(&c->drained);
     pthread_mutex_unlock(&c->mu);
-    pthread_rwlock_unlock(&c->gate);
+    if (!gave_up)
+        pthread_rwlock_unlock(&c->gate);
 }
 
 uint64_t
-keel__cache_begin(keel_cache *c)
+keel__cache_begin(keel_cache *c, keel_stop *stop)
 {
     if (c->uffd < 0) {
         if (KEEL_LOAD_RELAXED(&c->resident) > c->mem_limit && !gate_held)
-            evict_drain(c);
+            evict_drain(c, stop);
         else
             evict_idle(c);
         pthread_rwlock_rdlock(&c->gate);
@@ -655,8 +692,8 @@ keel__cache_alloc(void)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->fetched, &ca);
+    pthread_cond_init(&c->drained, &ca); /* keel__cond_wait_ms's clock */
     pthread_condattr_destroy(&ca);
-    pthread_cond_init(&c->drained, NULL);
     return c;
 }
 

@@ -80,8 +80,9 @@
 **       searching one after another) cannot put eviction off for ever.
 **       Memory exceeds the bound by at most what running calls brought
 **       in; a call that begins over the bound first waits for the calls
-**       running then to end. (A call made inside another on the same
-**       thread never waits: it would wait for itself.)
+**       running then to end, unless its cancel says stop meanwhile (a
+**       search: keel__cache_begin). (A call made inside another on the
+**       same thread never waits: it would wait for itself.)
 */
 #ifndef KEEL_CACHE_H
 #define KEEL_CACHE_H
@@ -244,8 +245,11 @@ int keel__cache_bring_addr(keel_cache *c, const keel_br_range *r, size_t n,
 
 /* A call that reads through the cache: begin heals poisoned granules and
 ** returns the generation; end returns rc, or KEEL_EIO with the failure's
-** message if a fault failed meanwhile. */
-uint64_t keel__cache_begin(keel_cache *c);
+** message if a fault failed meanwhile. stop (NULL: none; a search's) is
+** polled while begin waits for eviction (invariant 8): once it says stop,
+** begin waits no more and the call goes on, to end at its own next poll.
+** */
+uint64_t keel__cache_begin(keel_cache *c, keel_stop *stop);
 int keel__cache_end(keel_cache *c, uint64_t gen, int rc);
 
 /* Looks for a version newer than the pinned one (always with force, else
