@@ -833,6 +833,8 @@ TEST(a_cancel_ends_a_refresh_whose_version_walk_is_not_answered)
     refresh_cancelled_under("mode=lost&method=GET&match=*manifest*", 1);
     /* a newer version: the probe of the one after it, on its own thread */
     refresh_cancelled_under("mode=lost&method=HEAD&match=*manifest*", 1);
+    /* a newer version: the GET of its header and live pages (the switch) */
+    refresh_cancelled_under("mode=lost&method=GET&match=*pack*", 1);
 }
 
 TEST(prune_fails_on_a_listing_that_never_ends_and_deletes_nothing)

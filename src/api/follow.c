@@ -229,7 +229,7 @@ keel__remote_follow(keel_index *idx, int force)
         rc = a ? keel__store_snapshot(old, &v, &a->own) : KEEL_ENOMEM;
         if (rc == KEEL_OK) {
             a->idx = idx;
-            rc = keel__cache_switch(c, &next, accept_version, a);
+            rc = keel__cache_switch(c, &next, &stop, accept_version, a);
         } else {
             keel__manifest_free(&next);
         }

@@ -584,14 +584,16 @@ resize(keel_cache *c, uint64_t npages)
 }
 
 /* Fetches the header and live pages of version m into buf
-** (KEEL_CACHE_PINNED granules); *n gets how many of them m has. */
+** (KEEL_CACHE_PINNED granules); *n gets how many of them m has. stop
+** (NULL: none) abandons the GETs: KEEL_ECANCELED. */
 static int
-fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n)
+fetch_pinned(keel_cache *c, const keel_manifest *m, uint8_t *buf, size_t *n,
+             keel_stop *stop)
 {
     uint64_t g[KEEL_CACHE_PINNED] = {0, 1, 2};
     *n = (size_t)KEEL_MIN(m->npages, (uint64_t)KEEL_CACHE_PINNED);
     keel_s3 *s3 = keel__remote_client(c);
-    int rc = s3 ? keel__cache_fetch(c, m, s3, g, *n, buf, (uint32_t)*n, NULL,
+    int rc = s3 ? keel__cache_fetch(c, m, s3, g, *n, buf, (uint32_t)*n, stop,
                                     0, NULL, NULL)
                 : KEEL_ENOMEM;
     keel__remote_release(c, s3);
@@ -626,7 +628,7 @@ install_pinned(keel_cache *c)
     if (!buf)
         return KEEL_ENOMEM;
     size_t n;
-    int rc = fetch_pinned(c, &c->man, buf, &n);
+    int rc = fetch_pinned(c, &c->man, buf, &n, NULL);
     if (rc == KEEL_OK) {
         pthread_mutex_lock(&c->mu);
         rc = put_pinned_locked(c, buf, n, 0);
@@ -917,8 +919,8 @@ same_page(const keel_man_page *a, const keel_man_page *b)
 ** outage) leaves the pinned version and every granule of it in memory, so
 ** the handle goes on serving what it served. */
 int
-keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
-                   void *arg)
+keel__cache_switch(keel_cache *c, keel_manifest *next, keel_stop *stop,
+                   keel_cache_accept ok, void *arg)
 {
     if (next->seq <= c->man.seq) {
         keel__manifest_free(next);
@@ -926,7 +928,7 @@ keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
     }
     size_t n = 0;
     uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * KEEL_CACHE_GRANULE);
-    int rc = buf ? fetch_pinned(c, next, buf, &n) : KEEL_ENOMEM;
+    int rc = buf ? fetch_pinned(c, next, buf, &n, stop) : KEEL_ENOMEM;
     if (rc == KEEL_OK && ok)
         rc = ok(next, buf, n, arg);
     if (rc == KEEL_OK)

@@ -265,9 +265,10 @@ typedef int (*keel_cache_accept)(const keel_manifest *m, const uint8_t *pinned,
 /* Pins next (taken over): punches the granules whose hash changed and
 ** installs the new header and live pages, once ok (NULL: any) accepted
 ** them; a refused version changes nothing. Invariant 3: the caller holds
-** off every reader of the store. */
-int keel__cache_switch(keel_cache *c, keel_manifest *next, keel_cache_accept ok,
-                       void *arg);
+** off every reader of the store. stop (NULL: none; a refresh's cancel)
+** abandons the GETs of those pages: KEEL_ECANCELED, nothing changed. */
+int keel__cache_switch(keel_cache *c, keel_manifest *next, keel_stop *stop,
+                       keel_cache_accept ok, void *arg);
 
 void keel__cache_counters(keel_cache *c, keel_cache_counters *out);
 
