@@ -983,4 +983,70 @@ TEST(the_cli_exits_1_with_a_help_line_on_an_unasked_304)
     hostile_reset(&H, 0);
 }
 
+/* A refresh whose new version's header pages the store never sends holds
+** up no search beside it: the switch fetches them before it holds off the
+** handle's readers. A search on another thread, cancelled at once, ends
+** within a second (it waited for the refresh's request, to the stall
+** timeout, before), and the refresh after the fault reaches the version. */
+static pthread_t beside_main;
+static keel_index *beside_r;
+
+static int
+stop_main_only(void *arg)
+{
+    (void)arg;
+    return pthread_equal(pthread_self(), beside_main);
+}
+
+static void *
+refresh_thread(void *arg)
+{
+    int *rc = arg;
+    *rc = keel_refresh(beside_r);
+    return NULL;
+}
+
+TEST(a_refresh_whose_switch_is_not_answered_holds_up_no_search)
+{
+    NEED_HOSTILE();
+    CHECK(api_setup());
+    beside_main = pthread_self();
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "4", 1);
+    CHECK_OK(keel_open_reader(API_URL, NULL, &beside_r));
+    outcome o;
+    CHECK_OK(api_publish(NULL, &o));
+    keel_stats before;
+    CHECK_OK(keel_stat(beside_r, &before));
+    CHECK_OK(keel_set_cancel(beside_r, stop_main_only, NULL));
+    CHECK(hostile_rule(&H, "mode=lost&method=GET&match=*pack*") == 0);
+    alarm(30);
+    int rrc = 0;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, refresh_thread, &rrc) == 0);
+    usleep(300000); /* the refresh waits for its pack GET */
+    double t0 = test_now();
+    float q[API_DIM] = {0.5f};
+    keel_result res[5];
+    size_t n = 0;
+    int rc = keel_search(beside_r, q, 5, NULL, res, &n);
+    double took = test_now() - t0;
+    pthread_join(t, NULL);
+    hostile_reset(&H, 0);
+    printf("     refresh rc %d; a search beside it cancelled at once: rc %d "
+           "in %.2f s\n", rrc, rc, took);
+    CHECK_MSG(rc == KEEL_OK || rc == KEEL_ECANCELED, "rc %d", rc);
+    CHECK_MSG(took < 1.0, "the search waited %.2f s for the refresh", took);
+    CHECK_EQ(rrc, KEEL_EIO); /* the pack GET timed out */
+    CHECK_OK(keel_set_cancel(beside_r, NULL, NULL));
+    setenv("KEEL_S3_STALL_TIMEOUT_S", "20", 1);
+    CHECK_OK(keel_refresh(beside_r));
+    keel_stats after;
+    CHECK_OK(keel_stat(beside_r, &after));
+    CHECK(after.count > before.count);
+    CHECK_OK(keel_search(beside_r, q, 5, NULL, res, &n));
+    CHECK_EQ(n, 5);
+    keel_close(beside_r);
+    alarm(0);
+}
+
 TEST_MAIN()

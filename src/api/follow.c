@@ -216,6 +216,21 @@ keel__remote_follow(keel_index *idx, int force)
     }
     if (!next.seq && !stale)
         return KEEL_OK;
+    /* The new version's header and live pages, before the lock: a store
+     * that does not answer holds up this call only, never the searches
+     * beside it (a refresh's cancel ends it). */
+    uint8_t *pinned = NULL;
+    size_t npinned = 0;
+    if (next.seq) {
+        pinned = keel__malloc(KEEL_CACHE_PINNED * KEEL_CACHE_GRANULE);
+        rc = pinned ? keel__cache_fetch_next(c, &next, &stop, pinned, &npinned)
+                    : KEEL_ENOMEM;
+        if (rc) {
+            keel__free(pinned);
+            keel__manifest_free(&next);
+            return rc;
+        }
+    }
     /* cache.h invariant 3: no search, get or warm reads the store while
      * the pinned version changes. */
     keel__swap_exclusive(idx);
@@ -229,7 +244,8 @@ keel__remote_follow(keel_index *idx, int force)
         rc = a ? keel__store_snapshot(old, &v, &a->own) : KEEL_ENOMEM;
         if (rc == KEEL_OK) {
             a->idx = idx;
-            rc = keel__cache_switch(c, &next, &stop, accept_version, a);
+            rc = keel__cache_switch(c, &next, pinned, npinned,
+                                    accept_version, a);
         } else {
             keel__manifest_free(&next);
         }
@@ -246,6 +262,7 @@ keel__remote_follow(keel_index *idx, int force)
     }
     keel__swap_unlock(idx);
     keel__manifest_free(&next);
+    keel__free(pinned);
     if (nw)
         keel__store_close(old);
     if (rc && !force && want && idx->refused.seq == want) {

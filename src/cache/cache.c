@@ -915,26 +915,31 @@ same_page(const keel_man_page *a, const keel_man_page *b)
 }
 
 /* The next version's header and live pages are fetched before anything
-** changes: a switch that fails on the network (a keel_refresh during an
-** outage) leaves the pinned version and every granule of it in memory, so
-** the handle goes on serving what it served. */
+** changes (keel__cache_fetch_next, before the caller holds off readers): a
+** switch that fails on the network (a keel_refresh during an outage)
+** leaves the pinned version and every granule of it in memory, so the
+** handle goes on serving what it served. */
 int
-keel__cache_switch(keel_cache *c, keel_manifest *next, keel_stop *stop,
-                   keel_cache_accept ok, void *arg)
+keel__cache_fetch_next(keel_cache *c, const keel_manifest *next,
+                       keel_stop *stop, uint8_t *pinned, size_t *n)
+{
+    return fetch_pinned(c, next, pinned, n, stop);
+}
+
+int
+keel__cache_switch(keel_cache *c, keel_manifest *next, const uint8_t *buf,
+                   size_t n, keel_cache_accept ok, void *arg)
 {
     if (next->seq <= c->man.seq) {
         keel__manifest_free(next);
         return KEEL_OK;
     }
-    size_t n = 0;
-    uint8_t *buf = keel__malloc(KEEL_CACHE_PINNED * KEEL_CACHE_GRANULE);
-    int rc = buf ? fetch_pinned(c, next, buf, &n, stop) : KEEL_ENOMEM;
-    if (rc == KEEL_OK && ok)
+    int rc = KEEL_OK;
+    if (ok)
         rc = ok(next, buf, n, arg);
     if (rc == KEEL_OK)
         rc = resize(c, next->npages);
     if (rc) {
-        keel__free(buf);
         keel__manifest_free(next);
         return rc;
     }
@@ -955,7 +960,6 @@ keel__cache_switch(keel_cache *c, keel_manifest *next, keel_stop *stop,
     /* Over installed pages of the memfd's own: no memory to run out of. */
     rc = put_pinned_locked(c, buf, n, 1);
     pthread_mutex_unlock(&c->mu);
-    keel__free(buf);
     if (rc) {
         /* A write into pages the memfd holds already failed: back to the
          * old manifest (the network can no longer fail a switch here). */

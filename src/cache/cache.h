@@ -262,13 +262,20 @@ int keel__cache_poll(keel_cache *c, int force, keel_stop *stop,
 ** live pages) are in pinned: KEEL_OK, or the error that refuses it. */
 typedef int (*keel_cache_accept)(const keel_manifest *m, const uint8_t *pinned,
                                  size_t n, void *arg);
-/* Pins next (taken over): punches the granules whose hash changed and
-** installs the new header and live pages, once ok (NULL: any) accepted
-** them; a refused version changes nothing. Invariant 3: the caller holds
-** off every reader of the store. stop (NULL: none; a refresh's cancel)
-** abandons the GETs of those pages: KEEL_ECANCELED, nothing changed. */
-int keel__cache_switch(keel_cache *c, keel_manifest *next, keel_stop *stop,
-                       keel_cache_accept ok, void *arg);
+/* The network part of a switch to version next, run before the caller
+** holds off readers (a store that does not answer then holds up no
+** search): fetches next's header and live pages into pinned
+** (KEEL_CACHE_PINNED granules of the caller's), *n of them. stop (NULL:
+** none; a refresh's cancel) abandons the GETs: KEEL_ECANCELED. */
+int keel__cache_fetch_next(keel_cache *c, const keel_manifest *next,
+                           keel_stop *stop, uint8_t *pinned, size_t *n);
+/* Pins next (taken over) with the n pages keel__cache_fetch_next brought:
+** punches the granules whose hash changed and installs the new header and
+** live pages, once ok (NULL: any) accepted them; a refused version changes
+** nothing. Invariant 3: the caller holds off every reader of the store. */
+int keel__cache_switch(keel_cache *c, keel_manifest *next,
+                       const uint8_t *pinned, size_t n, keel_cache_accept ok,
+                       void *arg);
 
 void keel__cache_counters(keel_cache *c, keel_cache_counters *out);
 
