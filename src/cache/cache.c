@@ -251,23 +251,30 @@ evict_idle(keel_cache *c)
 /* Calls of this thread that hold a cache's gate now (any cache's). */
 static _Thread_local unsigned gate_held;
 
+/* The longest a call that begins over the bound waits for the running
+** calls to end so that it may evict (cache.h invariant 8): past it, the
+** call goes on over the bound. A long call (a cold search of a slow store,
+** a keel_check of a whole index) then holds no other call up for longer. */
+#define EVICT_WAIT_MS 500u
+
 /* Takes the gate exclusively for eviction, waiting for the calls that
-** hold it to end; with stop (NULL: none) in slices that poll it: 0 once
-** taken, nonzero when stop said stop first (not taken). */
+** hold it to end, at most EVICT_WAIT_MS, in slices that poll stop (NULL:
+** none): 0 once taken, nonzero when stop said stop or the time ran out
+** first (not taken). */
 static int
 gate_take(keel_cache *c, keel_stop *stop)
 {
-    uint32_t ms = keel__stop_slice_ms(stop);
-    if (ms == UINT32_MAX) {
-        pthread_rwlock_wrlock(&c->gate);
-        return 0;
-    }
+    double give_up = keel__now_s() + EVICT_WAIT_MS / 1000.0;
     for (;;) {
+        double left = give_up - keel__now_s();
+        if (left <= 0)
+            return 1;
+        uint32_t ms = KEEL_MIN(keel__stop_slice_ms(stop),
+                               (uint32_t)(left * 1000.0) + 1);
         if (keel__wrlock_ms(&c->gate, ms) == 0)
             return 0;
         if (keel__stop_poll(stop))
             return 1;
-        ms = keel__stop_slice_ms(stop);
     }
 }
 
@@ -275,7 +282,8 @@ gate_take(keel_cache *c, keel_stop *stop)
 ** such call holds new calls off (draining), waits for the running ones to
 ** end and evicts; the others wait for it. Calls that never all end at once
 ** then cannot put eviction off for ever (cache.h invariant 8). A call
-** whose stop says stop meanwhile waits no more (the drain it ran is
+** whose stop says stop meanwhile, or that has waited EVICT_WAIT_MS, waits
+** no more (the drain it ran is
 ** abandoned, its waiters go on): its own polls then end it, as they end a
 ** call that waits for a GET. */
 static void

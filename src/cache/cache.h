@@ -80,8 +80,10 @@
 **       searching one after another) cannot put eviction off for ever.
 **       Memory exceeds the bound by at most what running calls brought
 **       in; a call that begins over the bound first waits for the calls
-**       running then to end, unless its cancel says stop meanwhile (a
-**       search: keel__cache_begin). (A call made inside another on the
+**       running then to end, for at most 0.5 s (EVICT_WAIT_MS), and less
+**       if its cancel says stop meanwhile (a search: keel__cache_begin):
+**       past that it goes on over the bound, and the last call to end
+**       evicts. (A call made inside another on the
 **       same thread never waits: it would wait for itself.)
 */
 #ifndef KEEL_CACHE_H
