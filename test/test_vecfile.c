@@ -300,9 +300,11 @@ TEST(npy_f4_versions)
 
 TEST(npy_f8)
 {
-    /* float64 is rounded to float32, as numpy's astype(float32) does; a
-    ** value beyond float's range becomes infinite (keel refuses it). */
-    double d[6] = {1.0, -2.5, 0.1, 1e-50, 1e300, 3.0};
+    /* float64 is rounded to float32, as numpy's astype(float32) does; an
+    ** infinity stays one (keel refuses it later, by row); a finite value
+    ** beyond float's range is refused here, by value, row and component,
+    ** not turned into an infinity the file does not hold. */
+    double d[6] = {1.0, -2.5, 0.1, 1e-50, INFINITY, 3.0};
     struct buf b = {0};
     vecfile vf;
 
@@ -319,6 +321,17 @@ TEST(npy_f8)
     CHECK(isinf(vf.data[4]));
     CHECK(vf.data[5] == 3.0f);
     vecfile_free(&vf);
+
+    d[4] = 1e300;
+    npy_build(&b, 1, NPY_DICT("<f8", "False", "(2, 3)"), d, sizeof d);
+    CHECK(write_file(test_path("d.npy"), b.p, b.len) == 0);
+    buf_free(&b);
+    CHECK_EQ(vecfile_load(test_path("d.npy"), &vf, err, sizeof err),
+             VECFILE_EFORMAT);
+    CHECK(strstr(err, "vector 1 of ") != NULL);
+    CHECK(strstr(err, "1.0000000000000001e+300 at component 1") != NULL);
+    CHECK(strstr(err, "beyond a float's range") != NULL);
+    CHECK(strstr(err, "\nhelp: ") != NULL);
 }
 
 TEST(npy_f2_u1)
