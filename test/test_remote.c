@@ -185,28 +185,6 @@ TEST(the_disk_cache_is_checked_bounded_and_shared_by_name)
     free(back);
 }
 
-/* A cache over a manifest of our own: npages pages, all zero but page
-** `bad`, which lies in a pack on an endpoint nothing listens on. */
-static keel_cache *
-fake_cache(uint64_t npages, uint64_t bad, uint64_t memory, int *rc)
-{
-    keel_cache *c = keel__cache_alloc();
-    snprintf(c->url, sizeof c->url, "s3://nobucket/p");
-    snprintf(c->bucket, sizeof c->bucket, "nobucket");
-    snprintf(c->prefix, sizeof c->prefix, "p");
-    c->man.seq = 1;
-    c->man.npages = npages;
-    c->man.image_len = npages * G;
-    c->man.npacks = 1;
-    c->man.packs = keel__calloc(1, sizeof *c->man.packs);
-    c->man.packs[0].bytes = G;
-    c->man.pages = keel__calloc(npages, sizeof *c->man.pages);
-    for (uint64_t i = 0; i < npages; i++)
-        c->man.pages[i].pack = i == bad ? 0 : KEEL_MAN_ZERO_PAGE;
-    *rc = keel__cache_start(c, memory);
-    return c;
-}
-
 static void
 set_env(const char *name, const char *value, char *saved, size_t cap)
 {
@@ -224,18 +202,41 @@ restore_env(const char *name, const char *saved)
         unsetenv(name);
 }
 
-TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
+/* A cache over a manifest of our own: npages pages, all zero but page
+** `bad`, which lies in a pack on an endpoint nothing listens on (the
+** client is made at start, with that endpoint and made-up keys). */
+static keel_cache *
+fake_cache(uint64_t npages, uint64_t bad, uint64_t memory, int *rc)
 {
+    keel_cache *c = keel__cache_alloc();
+    snprintf(c->url, sizeof c->url, "s3://nobucket/p");
+    snprintf(c->bucket, sizeof c->bucket, "nobucket");
+    snprintf(c->prefix, sizeof c->prefix, "p");
+    c->man.seq = 1;
+    c->man.npages = npages;
+    c->man.image_len = npages * G;
+    c->man.npacks = 1;
+    c->man.packs = keel__calloc(1, sizeof *c->man.packs);
+    c->man.packs[0].bytes = G;
+    c->man.pages = keel__calloc(npages, sizeof *c->man.pages);
+    for (uint64_t i = 0; i < npages; i++)
+        c->man.pages[i].pack = i == bad ? 0 : KEEL_MAN_ZERO_PAGE;
     char ep[512], ak[128], sk[128];
     set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
     set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
     set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
-    int rc;
-    uint64_t npages = 2 * KEEL_CACHE_MIN_GRANULES, bad = 40;
-    keel_cache *c = fake_cache(npages, bad, 1, &rc);
+    *rc = keel__cache_start(c, memory);
     restore_env("AWS_ENDPOINT_URL", ep);
     restore_env("AWS_ACCESS_KEY_ID", ak);
     restore_env("AWS_SECRET_ACCESS_KEY", sk);
+    return c;
+}
+
+TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
+{
+    int rc;
+    uint64_t npages = 2 * KEEL_CACHE_MIN_GRANULES, bad = 40;
+    keel_cache *c = fake_cache(npages, bad, 1, &rc);
     if (rc) {
         keel__cache_close(c);
         CHECK_OK(rc);
@@ -290,17 +291,11 @@ TEST(the_memory_bound_evicts_and_a_failed_fault_fails_the_call)
 
 TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
 {
-    char ep[512], ak[128], sk[128], po[16];
-    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
-    set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
-    set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
+    char po[16];
     set_env("KEEL_CACHE_POISON", "1", po, sizeof po);
     int rc;
     uint64_t npages = 2 * KEEL_CACHE_MIN_GRANULES, bad = 40;
     keel_cache *c = fake_cache(npages, bad, 1, &rc);
-    restore_env("AWS_ENDPOINT_URL", ep);
-    restore_env("AWS_ACCESS_KEY_ID", ak);
-    restore_env("AWS_SECRET_ACCESS_KEY", sk);
     restore_env("KEEL_CACHE_POISON", po);
     if (rc) {
         keel__cache_close(c);
@@ -363,10 +358,7 @@ TEST(without_a_userfaultfd_the_bound_waits_for_calls_and_hole_reads_are_caught)
 
 TEST(a_refused_userfaultfd_is_passed_over_or_named)
 {
-    char ep[512], ak[128], sk[128], po[16], uf[16];
-    set_env("AWS_ENDPOINT_URL", "http://127.0.0.1:1", ep, sizeof ep);
-    set_env("AWS_ACCESS_KEY_ID", "k", ak, sizeof ak);
-    set_env("AWS_SECRET_ACCESS_KEY", "s", sk, sizeof sk);
+    char po[16], uf[16];
     set_env("KEEL_CACHE_POISON", "0", po, sizeof po);
     set_env("KEEL_USERFAULTFD", "", uf, sizeof uf);
     unsetenv("KEEL_USERFAULTFD");
@@ -404,9 +396,6 @@ TEST(a_refused_userfaultfd_is_passed_over_or_named)
     keel__cache_close(c);
     restore_env("KEEL_USERFAULTFD", uf);
     restore_env("KEEL_CACHE_POISON", po);
-    restore_env("AWS_ENDPOINT_URL", ep);
-    restore_env("AWS_ACCESS_KEY_ID", ak);
-    restore_env("AWS_SECRET_ACCESS_KEY", sk);
 }
 
 /* --- readers of published indexes -------------------------------------------- */
