@@ -128,6 +128,19 @@ keel_py_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     return 0;
 }
 
+/* Drops o (the value as coerced) and raises keel's InvalidArgumentError
+** with msg (NULL: the error making it left is kept). Returns -1. */
+static int
+refuse(PyObject *o, PyObject *msg)
+{
+    Py_DECREF(o);
+    if (msg) {
+        PyErr_SetObject(keel_py_invalid_class(), msg);
+        Py_DECREF(msg);
+    }
+    return -1;
+}
+
 /* An integer argument in lo..hi (k, ef). Plain ints take the fast path;
 ** anything else goes to _coerce.count, which rejects floats and strings.
 ** A value out of range is named as given, not clamped. */
@@ -152,16 +165,10 @@ keel_py_get_count(PyObject *obj, const char *name, const char *fn,
     }
     if (overflow || v < lo || v > hi) {
         int low = overflow < 0 || (!overflow && v < lo);
-        PyObject *msg = PyUnicode_FromFormat(
+        return refuse(o, PyUnicode_FromFormat(
             "%s is %S, but has to be %s %s\nhelp: %s", name, o,
             low ? "at least" : "at most", low ? (lo ? "1" : "0") : limit,
-            help);
-        Py_DECREF(o);
-        if (msg) {
-            PyErr_SetObject(keel_py_invalid_class(), msg);
-            Py_DECREF(msg);
-        }
-        return -1;
+            help));
     }
     Py_DECREF(o);
     *out = v;
@@ -183,15 +190,9 @@ keel_py_get_id(PyObject *obj, const char *fn, uint64_t *out)
     unsigned long long v = PyLong_AsUnsignedLongLong(o);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        PyObject *msg = PyUnicode_FromFormat(
+        return refuse(o, PyUnicode_FromFormat(
             "id %R is out of range\nhelp: ids are integers from 0 to "
-            "18446744073709551614 (2**64 - 2)", o);
-        Py_DECREF(o);
-        if (msg) {
-            PyErr_SetObject(keel_py_invalid_class(), msg);
-            Py_DECREF(msg);
-        }
-        return -1;
+            "18446744073709551614 (2**64 - 2)", o));
     }
     Py_DECREF(o);
     *out = v;
