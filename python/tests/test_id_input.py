@@ -164,3 +164,15 @@ def test_float64_past_float32_is_named_not_called_inf(ix):
         ix.add(np.array([np.inf, 0.0, 0.0, 0.0]), id=2)
     ix.add(np.array([3.0e38, 0.0, 0.0, 0.0]) / 1e30, id=3)
     assert len(ix) == 1
+
+
+def test_an_id_past_64_bits_is_named_with_the_range():
+    ix = keel.VectorIndex(":memory:", 2)
+    for call in (lambda: ix.get(2**64), lambda: ix.get(2**70)):
+        with pytest.raises(keel.InvalidArgumentError,
+                           match=r"id 1180591620717411303424 is out of range"
+                           r"|id 18446744073709551616 is out of range") as e:
+            call()
+        assert "\nhelp: ids are integers from 0 to 18446744073709551614" \
+            in str(e.value)
+    ix.close()
